@@ -1,1 +1,35 @@
-//! placeholder
+//! `cuda-core`: a safe, idiomatic layer over the CUDA driver API.
+//!
+//! - [`Device`]: devices, attributes, and automatic binding of the primary context on whichever
+//!   thread uses a device, stream or buffer.
+//! - [`Stream`], [`Event`]: ordering, synchronisation and timing.
+//! - [`memory`]: [`DeviceBuffer`] (stream-ordered allocation and free), [`PinnedBuffer`],
+//!   [`MemPool`], and cross-stream ordering of buffer uses.
+//! - [`Module`], [`Function`], [`nvrtc`]: loading PTX/CUBIN, compiling CUDA C at run time with a
+//!   memory and disk cache, and typed kernel launches.
+//! - [`graph`]: raw graph handles (capture, instantiate, upload, launch).
+//!
+//! The driver is loaded at run time, so this crate builds without any CUDA installation; on a
+//! machine with no driver every entry point returns [`Error::NoDriver`]. All raw driver calls of the
+//! workspace live in this crate. No function panics on a driver failure: each returns [`Error`].
+
+#![warn(missing_docs)]
+
+pub mod device;
+pub mod driver;
+pub mod error;
+pub mod event;
+pub mod graph;
+pub mod memory;
+pub mod module;
+pub mod nvrtc;
+pub mod stream;
+
+pub use device::{Device, DeviceAttribute};
+pub use driver::{device_count, driver_version, gpu_available, MIN_DRIVER_CUDA_VERSION};
+pub use error::{Error, Result};
+pub use event::Event;
+pub use graph::{CaptureMode, CaptureStatus, Graph, GraphExec, InstantiateFlags};
+pub use memory::{DeviceBuffer, DeviceRepr, MemPool, PinnedBuffer, PoolStats};
+pub use module::{Function, FunctionAttribute, KernelArgs, KernelParam, LaunchConfig, Module};
+pub use stream::Stream;

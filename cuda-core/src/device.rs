@@ -1,0 +1,208 @@
+//! Devices and automatic context binding.
+//!
+//! Each device's *primary context* is retained the first time the device is opened and kept for
+//! the rest of the process (as the CUDA runtime does). Every operation of this crate binds the
+//! right context to the calling thread before it talks to the driver, so users never bind contexts
+//! by hand and may use a device, stream or buffer from any thread (tokio workers included).
+
+use crate::driver;
+use crate::error::{check, Error, Result};
+use cudarc::driver::sys;
+use std::sync::OnceLock;
+
+/// A device attribute, as the driver names it (`CU_DEVICE_ATTRIBUTE_*`).
+pub use sys::CUdevice_attribute as DeviceAttribute;
+
+pub(crate) struct DeviceInner {
+    ordinal: usize,
+    cu_device: sys::CUdevice,
+    ctx: sys::CUcontext,
+    name: String,
+}
+
+// SAFETY: CUdevice is an integer and CUcontext an opaque handle that the driver allows any thread
+// to use (binding it with cuCtxSetCurrent is thread-safe); DeviceInner is immutable after creation.
+unsafe impl Send for DeviceInner {}
+// SAFETY: as above; no interior mutability.
+unsafe impl Sync for DeviceInner {}
+
+/// A CUDA device with its retained primary context. Cheap to copy; equal when the ordinal is.
+#[derive(Clone, Copy)]
+pub struct Device {
+    inner: &'static DeviceInner,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({}: {})", self.inner.ordinal, self.inner.name)
+    }
+}
+
+impl PartialEq for Device {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.ordinal == other.inner.ordinal
+    }
+}
+impl Eq for Device {}
+
+fn registry() -> Result<&'static [OnceLock<Result<&'static DeviceInner>>]> {
+    static REG: OnceLock<Vec<OnceLock<Result<&'static DeviceInner>>>> = OnceLock::new();
+    if let Some(r) = REG.get() {
+        return Ok(r);
+    }
+    let n = driver::device_count()?;
+    Ok(REG.get_or_init(|| (0..n).map(|_| OnceLock::new()).collect()))
+}
+
+impl Device {
+    /// Opens device `ordinal`: retains its primary context (once per process) and binds it to the
+    /// calling thread. Errors: no driver ([`Error::NoDriver`]), no device, or an ordinal out of
+    /// range ([`Error::InvalidDevice`]).
+    pub fn new(ordinal: usize) -> Result<Device> {
+        let reg = registry()?;
+        let slot = reg.get(ordinal).ok_or(Error::InvalidDevice {
+            ordinal,
+            count: reg.len(),
+        })?;
+        let inner = slot.get_or_init(|| open(ordinal)).clone()?;
+        let dev = Device { inner };
+        dev.bind()?;
+        Ok(dev)
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.inner.ordinal
+    }
+
+    /// The device's name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The raw `CUdevice`.
+    pub fn cu_device(&self) -> sys::CUdevice {
+        self.inner.cu_device
+    }
+
+    /// The raw primary context.
+    pub fn cu_context(&self) -> sys::CUcontext {
+        self.inner.ctx
+    }
+
+    /// Makes this device's primary context current on the calling thread if it is not already.
+    /// Every operation of this crate calls it; users never need to.
+    #[inline]
+    pub fn bind(&self) -> Result<()> {
+        let mut cur = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; cuCtxGetCurrent only reads thread-local driver state.
+        check(
+            unsafe { sys::cuCtxGetCurrent(&mut cur) },
+            "reading the current context",
+        )?;
+        if cur != self.inner.ctx {
+            // SAFETY: the context is a retained primary context that lives for the process.
+            check(
+                unsafe { sys::cuCtxSetCurrent(self.inner.ctx) },
+                "binding the device's context",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Reads any device attribute.
+    pub fn attribute(&self, attr: DeviceAttribute) -> Result<i32> {
+        let mut v = 0;
+        // SAFETY: valid out-pointer and device handle.
+        check(
+            unsafe { sys::cuDeviceGetAttribute(&mut v, attr, self.inner.cu_device) },
+            "reading a device attribute",
+        )?;
+        Ok(v)
+    }
+
+    /// Compute capability as `(major, minor)`, e.g. `(9, 0)` for the H100.
+    pub fn compute_capability(&self) -> Result<(u32, u32)> {
+        use DeviceAttribute::*;
+        Ok((
+            self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32,
+            self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32,
+        ))
+    }
+
+    /// Number of streaming multiprocessors.
+    pub fn multiprocessor_count(&self) -> Result<u32> {
+        Ok(self.attribute(DeviceAttribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32)
+    }
+
+    /// Total device memory in bytes.
+    pub fn total_memory(&self) -> Result<usize> {
+        let mut bytes = 0;
+        // SAFETY: valid out-pointer and device handle.
+        check(
+            unsafe { sys::cuDeviceTotalMem_v2(&mut bytes, self.inner.cu_device) },
+            "reading total device memory",
+        )?;
+        Ok(bytes)
+    }
+
+    /// `(free, total)` device memory in bytes, as the driver sees it now.
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        self.bind()?;
+        let (mut free, mut total) = (0, 0);
+        // SAFETY: valid out-pointers; this device's context is current.
+        check(
+            unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) },
+            "reading free memory",
+        )?;
+        Ok((free, total))
+    }
+
+    /// Waits until all work on every stream of this device has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        // SAFETY: this device's context is current.
+        check(
+            unsafe { sys::cuCtxSynchronize() },
+            "synchronizing the device",
+        )
+    }
+
+    /// The `--gpu-arch` value NVRTC should compile for, e.g. `sm_90`.
+    pub fn sm_arch(&self) -> Result<String> {
+        let (major, minor) = self.compute_capability()?;
+        Ok(format!("sm_{major}{minor}"))
+    }
+}
+
+fn open(ordinal: usize) -> Result<&'static DeviceInner> {
+    let mut cu_device = 0;
+    // SAFETY: driver initialised by registry(); ordinal checked against the count; out-pointer valid.
+    check(
+        unsafe { sys::cuDeviceGet(&mut cu_device, ordinal as i32) },
+        "getting a device handle",
+    )?;
+    let mut buf = [0 as std::ffi::c_char; 256];
+    // SAFETY: the buffer is 256 bytes and we pass its length; the driver NUL-terminates.
+    check(
+        unsafe { sys::cuDeviceGetName(buf.as_mut_ptr(), buf.len() as i32, cu_device) },
+        "reading the device name",
+    )?;
+    // SAFETY: NUL-terminated by the driver within the buffer (the last byte stays 0 at worst).
+    let name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: valid device handle and out-pointer. The retain is never released: the primary
+    // context lives for the process, so every handle derived from it stays valid.
+    check(
+        unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, cu_device) },
+        "retaining the primary context",
+    )?;
+    Ok(Box::leak(Box::new(DeviceInner {
+        ordinal,
+        cu_device,
+        ctx,
+        name,
+    })))
+}

@@ -1,0 +1,78 @@
+//! Loading and initialising the CUDA driver.
+//!
+//! The driver library is loaded at run time (cudarc's dynamic loading), so this crate builds and
+//! links on machines with no CUDA installation. The first call that needs the driver loads it and
+//! calls `cuInit`; the outcome (success or a clear [`Error::NoDriver`]) is remembered for the rest
+//! of the process.
+
+use crate::error::{check, Error, Result};
+use cudarc::driver::sys;
+use std::sync::OnceLock;
+
+/// Loads the driver and runs `cuInit(0)` once per process. Every entry point of this crate that
+/// talks to the driver goes through here first, so a missing driver is an error, never a panic.
+pub(crate) fn init() -> Result<()> {
+    static INIT: OnceLock<Result<()>> = OnceLock::new();
+    INIT.get_or_init(|| {
+        // SAFETY: is_culib_present only tries to dlopen candidate names and closes them again.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(Error::NoDriver {
+                library: "libcuda.so",
+                searched: cudarc::get_lib_name_candidates("cuda").join(", "),
+            });
+        }
+        // SAFETY: cuInit has no preconditions; the library is known to load.
+        check(
+            unsafe { sys::cuInit(0) },
+            "initialising the CUDA driver (cuInit)",
+        )
+    })
+    .clone()
+}
+
+/// The number of CUDA devices. An error if the driver is missing or fails to initialise; `Ok(0)`
+/// is never returned by the driver in practice (it reports `CUDA_ERROR_NO_DEVICE` from `cuInit`),
+/// but callers should treat it as "no GPU" too.
+pub fn device_count() -> Result<usize> {
+    init()?;
+    let mut n = 0;
+    // SAFETY: the driver is initialised and `n` is a valid out-pointer.
+    check(unsafe { sys::cuDeviceGetCount(&mut n) }, "counting devices")?;
+    Ok(n as usize)
+}
+
+/// The CUDA version the installed driver supports, as `(major, minor)`, e.g. `(13, 0)` for
+/// driver 580.
+pub fn driver_version() -> Result<(u32, u32)> {
+    init()?;
+    let mut v = 0;
+    // SAFETY: valid out-pointer, driver initialised.
+    check(
+        unsafe { sys::cuDriverGetVersion(&mut v) },
+        "reading the driver version",
+    )?;
+    Ok(((v / 1000) as u32, ((v % 1000) / 10) as u32))
+}
+
+/// The oldest driver CUDA version this build supports: cudarc's `cuda-13000` bindings, so a
+/// driver of the R580 branch or newer.
+pub const MIN_DRIVER_CUDA_VERSION: (u32, u32) = (13, 0);
+
+/// Whether a usable GPU is present: the driver loads, initialises, and reports at least one
+/// device. Returns the device count or the reason there is none.
+pub fn gpu_available() -> Result<usize> {
+    match device_count() {
+        Ok(0) => Err(Error::NoDevice {
+            reason: "the driver reports 0 devices".into(),
+        }),
+        Ok(n) => Ok(n),
+        Err(Error::Driver {
+            name: "CUDA_ERROR_NO_DEVICE",
+            description,
+            ..
+        }) => Err(Error::NoDevice {
+            reason: description.into(),
+        }),
+        Err(e) => Err(e),
+    }
+}

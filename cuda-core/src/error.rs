@@ -1,0 +1,144 @@
+//! The one error type of `cuda-core`.
+
+use cudarc::driver::sys;
+use std::ffi::CStr;
+
+/// Everything that can go wrong in `cuda-core`. No function of this crate panics on a driver
+/// failure or on bad input: each returns one of these.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// The CUDA driver library (`libcuda.so`) could not be loaded: no NVIDIA driver is installed.
+    #[error("the CUDA driver library ({library}) could not be loaded: is an NVIDIA driver installed? searched: {searched}")]
+    NoDriver {
+        /// The library that was looked for.
+        library: &'static str,
+        /// The file names that were tried.
+        searched: String,
+    },
+    /// The driver loaded but reports no CUDA device.
+    #[error("no CUDA device found ({reason})")]
+    NoDevice {
+        /// What the driver said.
+        reason: String,
+    },
+    /// A device ordinal outside `0..count`.
+    #[error("invalid device ordinal {ordinal}: this machine has {count} CUDA device(s)")]
+    InvalidDevice {
+        /// The ordinal asked for.
+        ordinal: usize,
+        /// How many devices there are.
+        count: usize,
+    },
+    /// A driver call returned an error.
+    #[error("{name} ({code}) while {during}: {description}")]
+    Driver {
+        /// The driver's name for the error, e.g. `CUDA_ERROR_OUT_OF_MEMORY`.
+        name: &'static str,
+        /// The raw `CUresult` value.
+        code: u32,
+        /// The driver's description of the error.
+        description: &'static str,
+        /// What was being done.
+        during: &'static str,
+    },
+    /// NVRTC (`libnvrtc.so`) could not be loaded; kernel compilation is unavailable, everything
+    /// else keeps working.
+    #[error("NVRTC ({library}) could not be loaded, so CUDA C cannot be compiled at run time; install the CUDA toolkit or the `nvidia-cuda-nvrtc` wheel and put its lib folder on LD_LIBRARY_PATH (searched: {searched})")]
+    NvrtcMissing {
+        /// The library that was looked for.
+        library: &'static str,
+        /// The file names that were tried.
+        searched: String,
+    },
+    /// An NVRTC call failed.
+    #[error("NVRTC error {name} while {during}")]
+    Nvrtc {
+        /// NVRTC's name for the error.
+        name: String,
+        /// What was being done.
+        during: &'static str,
+    },
+    /// CUDA C source failed to compile; `log` is NVRTC's program log.
+    #[error("CUDA C compilation of `{program}` failed:\n{log}")]
+    Compile {
+        /// The program name given to NVRTC.
+        program: String,
+        /// NVRTC's log.
+        log: String,
+    },
+    /// Two lengths that must agree (e.g. source and destination of a copy) do not.
+    #[error("length mismatch while {during}: expected {expected} elements, got {actual}")]
+    LengthMismatch {
+        /// What was being done.
+        during: &'static str,
+        /// The length required.
+        expected: usize,
+        /// The length given.
+        actual: usize,
+    },
+    /// An argument that no call could accept (e.g. a zero block size, a size overflow).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Two objects that must live on the same device do not.
+    #[error("device mismatch while {during}: device {expected} vs device {actual}")]
+    DeviceMismatch {
+        /// What was being done.
+        during: &'static str,
+        /// The device required.
+        expected: usize,
+        /// The device given.
+        actual: usize,
+    },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The driver's `CUresult` name, if this is a driver error.
+    pub fn driver_error_name(&self) -> Option<&'static str> {
+        match self {
+            Error::Driver { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+
+    /// Builds the error for a failed driver call.
+    pub(crate) fn driver(code: sys::CUresult, during: &'static str) -> Self {
+        let mut name_ptr = std::ptr::null();
+        let mut desc_ptr = std::ptr::null();
+        // SAFETY: cuGetErrorName/String write a pointer to a static, NUL-terminated string owned by
+        // the driver (or leave ours null for unknown codes); we only read it after checking.
+        let (name, description) = unsafe {
+            sys::cuGetErrorName(code, &mut name_ptr);
+            sys::cuGetErrorString(code, &mut desc_ptr);
+            (static_cstr(name_ptr), static_cstr(desc_ptr))
+        };
+        Error::Driver {
+            name: name.unwrap_or("CUDA_ERROR_UNKNOWN_CODE"),
+            code: code as u32,
+            description: description.unwrap_or("no description"),
+            during,
+        }
+    }
+}
+
+/// # Safety
+/// `p` is null or points to a NUL-terminated string that lives for the rest of the process.
+unsafe fn static_cstr(p: *const std::ffi::c_char) -> Option<&'static str> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the caller guarantees a static NUL-terminated string.
+    unsafe { CStr::from_ptr(p) }.to_str().ok()
+}
+
+/// Turns a `CUresult` into `Ok(())` or an [`Error::Driver`] naming `during`.
+#[inline]
+pub(crate) fn check(code: sys::CUresult, during: &'static str) -> Result<()> {
+    if code == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::driver(code, during))
+    }
+}

@@ -1,0 +1,123 @@
+//! Events: markers in a stream that the host or other streams can wait on.
+
+use crate::device::Device;
+use crate::error::{check, Error, Result};
+use crate::stream::Stream;
+use cudarc::driver::sys;
+
+/// A CUDA event, with or without timing. Dropping it never blocks: the driver releases an event
+/// that is still pending once it completes.
+pub struct Event {
+    device: Device,
+    raw: sys::CUevent,
+    timing: bool,
+}
+
+// SAFETY: CUevent handles may be used from any thread; the driver synchronises access.
+unsafe impl Send for Event {}
+// SAFETY: as above; `&Event` only exposes driver calls that are thread-safe.
+unsafe impl Sync for Event {}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Event({:p}, timing: {})", self.raw, self.timing)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: we own the handle; the driver defers release of a pending event.
+            unsafe { sys::cuEventDestroy_v2(self.raw) };
+        }
+    }
+}
+
+impl Event {
+    /// Creates an event on `device`. With `timing == false` the event is cheaper to record and
+    /// wait on (`CU_EVENT_DISABLE_TIMING`) but [`Event::elapsed_ms`] is an error.
+    pub fn new(device: &Device, timing: bool) -> Result<Event> {
+        device.bind()?;
+        let flags = if timing {
+            sys::CUevent_flags::CU_EVENT_DEFAULT as u32
+        } else {
+            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; context bound.
+        check(
+            unsafe { sys::cuEventCreate(&mut raw, flags) },
+            "creating an event",
+        )?;
+        Ok(Event {
+            device: *device,
+            raw,
+            timing,
+        })
+    }
+
+    /// The raw handle, valid while `self` lives.
+    pub fn raw(&self) -> sys::CUevent {
+        self.raw
+    }
+
+    /// Whether the event records timestamps.
+    pub fn is_timing(&self) -> bool {
+        self.timing
+    }
+
+    /// Captures the work queued on `stream` so far: the event completes when that work has.
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        if stream.device() != &self.device {
+            return Err(Error::DeviceMismatch {
+                during: "recording an event",
+                expected: self.device.ordinal(),
+                actual: stream.device().ordinal(),
+            });
+        }
+        self.device.bind()?;
+        // SAFETY: live event and stream of the same context.
+        check(
+            unsafe { sys::cuEventRecord(self.raw, stream.raw()) },
+            "recording an event",
+        )
+    }
+
+    /// Non-blocking: `true` once the recorded work has completed (or if never recorded).
+    pub fn query(&self) -> Result<bool> {
+        self.device.bind()?;
+        // SAFETY: live event.
+        match unsafe { sys::cuEventQuery(self.raw) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(Error::driver(e, "querying an event")),
+        }
+    }
+
+    /// Blocks until the recorded work has completed.
+    pub fn synchronize(&self) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: live event.
+        check(
+            unsafe { sys::cuEventSynchronize(self.raw) },
+            "synchronizing an event",
+        )
+    }
+
+    /// Milliseconds between `start` and `end`, both timing events that have completed.
+    pub fn elapsed_ms(start: &Event, end: &Event) -> Result<f32> {
+        if !start.timing || !end.timing {
+            return Err(Error::InvalidArgument(
+                "elapsed time needs two events created with timing enabled".into(),
+            ));
+        }
+        start.device.bind()?;
+        let mut ms = 0.0f32;
+        // SAFETY: live events; valid out-pointer.
+        check(
+            unsafe { sys::cuEventElapsedTime_v2(&mut ms, start.raw, end.raw) },
+            "reading elapsed time between events",
+        )?;
+        Ok(ms)
+    }
+}

@@ -1,0 +1,348 @@
+//! `DeviceBuffer<T>`: typed device memory, allocated and freed stream-ordered.
+
+use super::order::ordered_on;
+use super::pool::MemPool;
+use super::repr::DeviceRepr;
+use crate::device::Device;
+use crate::error::{check, Error, Result};
+use crate::stream::Stream;
+use cudarc::driver::sys;
+use std::marker::PhantomData;
+use std::mem::size_of;
+
+/// A typed allocation of `len` elements of `T` in device memory.
+///
+/// Guarantees:
+/// - It is allocated stream-ordered on its *home stream* (`cuMemAllocAsync` or
+///   `cuMemAllocFromPoolAsync`) and freed stream-ordered on the same stream when dropped
+///   (`cuMemFreeAsync`), so the free runs after every use queued before the drop.
+/// - Use on another stream is joined back to the home stream (see [`crate::memory::ordered_on`]),
+///   so the free is also ordered after uses on other streams. Dropping never blocks the host.
+/// - It keeps its home stream (and pool, if any) alive.
+pub struct DeviceBuffer<T: DeviceRepr> {
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    stream: Stream,
+    _pool: Option<MemPool>,
+    _marker: PhantomData<T>,
+}
+
+// SAFETY: the buffer owns its device memory; access to it goes through `&`/`&mut` like any owned
+// value, and T: Send + Sync.
+unsafe impl<T: DeviceRepr> Send for DeviceBuffer<T> {}
+// SAFETY: `&DeviceBuffer` only allows reads (copies out, read-only kernel arguments).
+unsafe impl<T: DeviceRepr> Sync for DeviceBuffer<T> {}
+
+impl<T: DeviceRepr> std::fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceBuffer<{}>[{}] @ {:#x}",
+            std::any::type_name::<T>(),
+            self.len,
+            self.ptr
+        )
+    }
+}
+
+fn byte_len<T>(len: usize) -> Result<usize> {
+    len.checked_mul(size_of::<T>())
+        .ok_or_else(|| Error::InvalidArgument(format!("{len} elements overflow the address space")))
+}
+
+impl<T: DeviceRepr> DeviceBuffer<T> {
+    /// Allocates `len` elements on `stream` from the device's current memory pool, without
+    /// initialising them.
+    ///
+    /// # Safety
+    /// The contents are indeterminate until written; reading them back yields arbitrary (but valid,
+    /// see [`DeviceRepr`]) values. Marked unsafe so that uninitialised reads are a visible choice.
+    pub unsafe fn uninit(stream: &Stream, len: usize) -> Result<Self> {
+        Self::alloc_impl(stream, len, None)
+    }
+
+    /// Like [`DeviceBuffer::uninit`] but from `pool`.
+    ///
+    /// # Safety
+    /// As for [`DeviceBuffer::uninit`].
+    pub unsafe fn uninit_in(pool: &MemPool, stream: &Stream, len: usize) -> Result<Self> {
+        if pool.device() != stream.device() {
+            return Err(Error::DeviceMismatch {
+                during: "allocating from a memory pool",
+                expected: pool.device().ordinal(),
+                actual: stream.device().ordinal(),
+            });
+        }
+        Self::alloc_impl(stream, len, Some(pool.clone()))
+    }
+
+    fn alloc_impl(stream: &Stream, len: usize, pool: Option<MemPool>) -> Result<Self> {
+        let bytes = byte_len::<T>(len)?;
+        let mut ptr = 0;
+        if bytes > 0 {
+            stream.device().bind()?;
+            // SAFETY: valid out-pointer, live stream (and pool) of the bound context.
+            let res = unsafe {
+                match &pool {
+                    Some(p) => sys::cuMemAllocFromPoolAsync(&mut ptr, bytes, p.raw(), stream.raw()),
+                    None => sys::cuMemAllocAsync(&mut ptr, bytes, stream.raw()),
+                }
+            };
+            check(res, "allocating device memory (stream-ordered)")?;
+        }
+        Ok(DeviceBuffer {
+            ptr,
+            len,
+            stream: stream.clone(),
+            _pool: pool,
+            _marker: PhantomData,
+        })
+    }
+
+    /// Allocates `len` zeroed elements on `stream`.
+    pub fn zeros(stream: &Stream, len: usize) -> Result<Self> {
+        // SAFETY: every byte is written by the memset queued right after on the same stream.
+        let mut buf = unsafe { Self::uninit(stream, len)? };
+        buf.memset_zero(stream)?;
+        Ok(buf)
+    }
+
+    /// Allocates and fills with `value` (for element sizes 1, 2, 4 and 8 bytes; others are an
+    /// [`Error::InvalidArgument`]).
+    pub fn filled(stream: &Stream, len: usize, value: T) -> Result<Self> {
+        // SAFETY: every element is written by the fill queued right after on the same stream.
+        let mut buf = unsafe { Self::uninit(stream, len)? };
+        buf.fill(stream, value)?;
+        Ok(buf)
+    }
+
+    /// Allocates on `stream` and copies `data` into it. Returns once `data` has been staged, so
+    /// the slice may be changed or dropped right away.
+    pub fn from_host(stream: &Stream, data: &[T]) -> Result<Self> {
+        // SAFETY: every element is written by the copy queued right after on the same stream.
+        let mut buf = unsafe { Self::uninit(stream, data.len())? };
+        buf.copy_from_host(stream, data)?;
+        Ok(buf)
+    }
+
+    /// Number of elements.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer has no elements.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Size in bytes.
+    #[inline]
+    pub fn size_bytes(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// The raw device address (0 for an empty buffer). Valid until the buffer is dropped and the
+    /// free has run on the home stream.
+    #[inline]
+    pub fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    /// A reference to the stored device address, for passing as a kernel parameter.
+    #[inline]
+    pub(crate) fn device_ptr_ref(&self) -> &sys::CUdeviceptr {
+        &self.ptr
+    }
+
+    /// The home stream: the stream it was allocated on and will be freed on.
+    #[inline]
+    pub fn home_stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// The device that holds the memory.
+    #[inline]
+    pub fn device(&self) -> &Device {
+        self.stream.device()
+    }
+
+    fn check_device(&self, stream: &Stream, during: &'static str) -> Result<()> {
+        if stream.device() != self.device() {
+            return Err(Error::DeviceMismatch {
+                during,
+                expected: self.device().ordinal(),
+                actual: stream.device().ordinal(),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_len(&self, len: usize, during: &'static str) -> Result<()> {
+        if len != self.len {
+            return Err(Error::LengthMismatch {
+                during,
+                expected: self.len,
+                actual: len,
+            });
+        }
+        Ok(())
+    }
+
+    /// Queues a copy of `data` into the buffer on `stream`. Returns once `data` has been staged by
+    /// the driver (pageable memory), so `data` may be reused immediately. Lengths must match.
+    pub fn copy_from_host(&mut self, stream: &Stream, data: &[T]) -> Result<()> {
+        self.check_len(data.len(), "copying host to device")?;
+        self.check_device(stream, "copying host to device")?;
+        if self.len == 0 {
+            return Ok(());
+        }
+        stream.device().bind()?;
+        ordered_on(stream, &[&self.stream], || {
+            // SAFETY: `data` is a live slice of exactly size_bytes() bytes; for pageable memory the
+            // driver stages it before returning. The destination is our allocation.
+            let res = unsafe {
+                sys::cuMemcpyHtoDAsync_v2(
+                    self.ptr,
+                    data.as_ptr().cast(),
+                    self.size_bytes(),
+                    stream.raw(),
+                )
+            };
+            check(res, "copying host to device")
+        })
+    }
+
+    /// Copies the buffer into `out`, blocking until the copy (and all earlier work on `stream`)
+    /// is complete. Lengths must match.
+    pub fn copy_to_host(&self, stream: &Stream, out: &mut [T]) -> Result<()> {
+        self.check_len(out.len(), "copying device to host")?;
+        // SAFETY: `out` is a live exclusive slice of exactly `len` elements.
+        unsafe { self.copy_to_host_ptr(stream, out.as_mut_ptr()) }
+    }
+
+    /// # Safety
+    /// `out` must be valid for writes of `self.len()` elements and not accessed until this returns.
+    unsafe fn copy_to_host_ptr(&self, stream: &Stream, out: *mut T) -> Result<()> {
+        self.check_device(stream, "copying device to host")?;
+        if self.len == 0 {
+            return Ok(());
+        }
+        stream.device().bind()?;
+        ordered_on(stream, &[&self.stream], || {
+            // SAFETY: the caller guarantees `out` is writable for size_bytes() bytes; we synchronize
+            // below before returning, so the driver's write is complete when the caller resumes.
+            let res = unsafe {
+                sys::cuMemcpyDtoHAsync_v2(out.cast(), self.ptr, self.size_bytes(), stream.raw())
+            };
+            check(res, "copying device to host")?;
+            stream.synchronize()
+        })
+    }
+
+    /// Copies the whole buffer to a new `Vec`, blocking, ordered on the home stream.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut out = Vec::with_capacity(self.len);
+        // SAFETY: the spare capacity holds `len` elements; the copy writes all of them before we
+        // set the length, and on error the Vec stays empty.
+        unsafe {
+            self.copy_to_host_ptr(&self.stream, out.as_mut_ptr())?;
+            out.set_len(self.len);
+        }
+        Ok(out)
+    }
+
+    /// Queues a device-to-device copy of `src` into `self` on `stream`. Lengths must match.
+    pub fn copy_from_device(&mut self, stream: &Stream, src: &DeviceBuffer<T>) -> Result<()> {
+        self.check_len(src.len, "copying device to device")?;
+        self.check_device(stream, "copying device to device")?;
+        src.check_device(stream, "copying device to device")?;
+        if self.len == 0 {
+            return Ok(());
+        }
+        stream.device().bind()?;
+        ordered_on(stream, &[&self.stream, &src.stream], || {
+            // SAFETY: two distinct live allocations (`&mut self` excludes aliasing `src`) of
+            // size_bytes() bytes each; ordering against both home streams is handled above.
+            let res = unsafe {
+                sys::cuMemcpyDtoDAsync_v2(self.ptr, src.ptr, self.size_bytes(), stream.raw())
+            };
+            check(res, "copying device to device")
+        })
+    }
+
+    /// Queues zeroing of every byte on `stream`.
+    pub fn memset_zero(&mut self, stream: &Stream) -> Result<()> {
+        self.check_device(stream, "memset")?;
+        if self.len == 0 {
+            return Ok(());
+        }
+        stream.device().bind()?;
+        ordered_on(stream, &[&self.stream], || {
+            // SAFETY: our allocation of size_bytes() bytes.
+            let res = unsafe { sys::cuMemsetD8Async(self.ptr, 0, self.size_bytes(), stream.raw()) };
+            check(res, "memset")
+        })
+    }
+
+    /// Queues setting every element to `value` on `stream`. Element sizes of 1, 2, 4 or 8 bytes.
+    pub fn fill(&mut self, stream: &Stream, value: T) -> Result<()> {
+        self.check_device(stream, "fill")?;
+        if self.len == 0 {
+            return Ok(());
+        }
+        let (ptr, len, s) = (self.ptr, self.len, stream.raw());
+        stream.device().bind()?;
+        ordered_on(stream, &[&self.stream], || {
+            // SAFETY (all arms): writes exactly len elements of size_of::<T>() bytes inside our
+            // allocation; reading `value`'s bytes as an integer of the same size is sound for POD.
+            let res = unsafe {
+                match size_of::<T>() {
+                    1 => {
+                        sys::cuMemsetD8Async(ptr, std::mem::transmute_copy::<T, u8>(&value), len, s)
+                    }
+                    2 => sys::cuMemsetD16Async(
+                        ptr,
+                        std::mem::transmute_copy::<T, u16>(&value),
+                        len,
+                        s,
+                    ),
+                    4 => sys::cuMemsetD32Async(
+                        ptr,
+                        std::mem::transmute_copy::<T, u32>(&value),
+                        len,
+                        s,
+                    ),
+                    8 => {
+                        // Two strided 32-bit memsets: the low words, then the high words.
+                        let bits = std::mem::transmute_copy::<T, u64>(&value);
+                        let lo = sys::cuMemsetD2D32Async(ptr, 8, bits as u32, 1, len, s);
+                        if lo != sys::CUresult::CUDA_SUCCESS {
+                            lo
+                        } else {
+                            sys::cuMemsetD2D32Async(ptr + 4, 8, (bits >> 32) as u32, 1, len, s)
+                        }
+                    }
+                    n => {
+                        return Err(Error::InvalidArgument(format!(
+                            "fill supports element sizes 1, 2, 4 and 8 bytes, not {n}"
+                        )))
+                    }
+                }
+            };
+            check(res, "fill")
+        })
+    }
+}
+
+impl<T: DeviceRepr> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        if self.ptr == 0 || self.stream.device().bind().is_err() {
+            return;
+        }
+        // SAFETY: we own the allocation; the free is queued on the home stream, after every use
+        // (uses on other streams were joined back to it). Errors cannot be reported from drop.
+        unsafe { sys::cuMemFreeAsync(self.ptr, self.stream.raw()) };
+    }
+}

@@ -1,0 +1,196 @@
+//! `PinnedBuffer<T>`: page-locked host memory for truly asynchronous copies.
+
+use super::buffer::DeviceBuffer;
+use super::order::ordered_on;
+use super::repr::DeviceRepr;
+use crate::device::Device;
+use crate::error::{check, Error, Result};
+use crate::event::Event;
+use crate::stream::Stream;
+use cudarc::driver::sys;
+use std::mem::size_of;
+
+/// Page-locked host memory holding `len` elements of `T`.
+///
+/// Asynchronous copies to or from it return before the transfer is done. To keep that safe, the
+/// buffer remembers the last transfer (an event); every host access ([`PinnedBuffer::as_slice`],
+/// [`PinnedBuffer::as_mut_slice`]) and the drop first wait for it. Safe code can therefore never
+/// see a half-written buffer, write into memory a copy is still reading, or free it early.
+pub struct PinnedBuffer<T: DeviceRepr> {
+    ptr: *mut T,
+    len: usize,
+    device: Device,
+    pending: Option<Event>,
+}
+
+// SAFETY: the buffer owns its host allocation; in-flight transfers are tracked by `pending` and
+// waited for before any host access, so moving it between threads cannot create a data race.
+unsafe impl<T: DeviceRepr> Send for PinnedBuffer<T> {}
+// SAFETY: `&PinnedBuffer` gives read access only, after waiting for the pending transfer; new
+// transfers need `&mut`.
+unsafe impl<T: DeviceRepr> Sync for PinnedBuffer<T> {}
+
+impl<T: DeviceRepr> PinnedBuffer<T> {
+    /// Allocates page-locked memory for `len` elements, filled with `value`.
+    pub fn new(device: &Device, len: usize, value: T) -> Result<Self> {
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .ok_or_else(|| Error::InvalidArgument(format!("{len} elements overflow")))?;
+        let mut ptr = std::ptr::NonNull::<T>::dangling().as_ptr();
+        if bytes > 0 {
+            device.bind()?;
+            let mut raw = std::ptr::null_mut();
+            // SAFETY: valid out-pointer; context bound. Portable so any context may use it.
+            check(
+                unsafe { sys::cuMemHostAlloc(&mut raw, bytes, sys::CU_MEMHOSTALLOC_PORTABLE) },
+                "allocating pinned host memory",
+            )?;
+            ptr = raw.cast();
+            for i in 0..len {
+                // SAFETY: `ptr` is a fresh allocation of `len` elements, suitably aligned (the
+                // driver returns page-aligned memory).
+                unsafe { ptr.add(i).write(value) };
+            }
+        }
+        Ok(PinnedBuffer {
+            ptr,
+            len,
+            device: *device,
+            pending: None,
+        })
+    }
+
+    /// Allocates page-locked memory holding a copy of `data`.
+    pub fn from_slice(device: &Device, data: &[T]) -> Result<Self> {
+        let Some(&first) = data.first() else {
+            return Self::new(device, 0, unsafe_zero());
+        };
+        let mut b = Self::new(device, data.len(), first)?;
+        b.as_mut_slice()?.copy_from_slice(data);
+        Ok(b)
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn wait(&self) -> Result<()> {
+        match &self.pending {
+            Some(ev) => ev.synchronize(),
+            None => Ok(()),
+        }
+    }
+
+    /// The contents, after waiting for any transfer still in flight.
+    pub fn as_slice(&self) -> Result<&[T]> {
+        self.wait()?;
+        // SAFETY: `ptr` holds `len` initialised elements and no transfer is in flight.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
+    }
+
+    /// The contents, mutable, after waiting for any transfer still in flight.
+    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
+        self.wait()?;
+        self.pending = None;
+        // SAFETY: as above, and `&mut self` makes the access exclusive.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
+    }
+
+    fn track(&mut self, stream: &Stream) -> Result<()> {
+        let ev = Event::new(stream.device(), false)?;
+        ev.record(stream)?;
+        self.pending = Some(ev);
+        Ok(())
+    }
+
+    /// Queues an asynchronous copy of this buffer into `dst` on `stream` and returns at once.
+    pub fn copy_to_device_async(
+        &mut self,
+        stream: &Stream,
+        dst: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        if dst.len() != self.len {
+            return Err(Error::LengthMismatch {
+                during: "async copy pinned host to device",
+                expected: dst.len(),
+                actual: self.len,
+            });
+        }
+        if self.len == 0 {
+            return Ok(());
+        }
+        // A previous transfer may still write into `self`; the stream order only covers `stream`.
+        self.wait()?;
+        stream.device().bind()?;
+        ordered_on(stream, &[dst.home_stream()], || {
+            // SAFETY: both ranges are live and exactly size_bytes() long; `self` stays alive and
+            // unwritten by the host until `pending` (recorded below) completes.
+            let res = unsafe {
+                sys::cuMemcpyHtoDAsync_v2(
+                    dst.device_ptr(),
+                    self.ptr.cast(),
+                    dst.size_bytes(),
+                    stream.raw(),
+                )
+            };
+            check(res, "async copy pinned host to device")
+        })?;
+        self.track(stream)
+    }
+
+    /// Queues an asynchronous copy of `src` into this buffer on `stream` and returns at once.
+    /// The data is visible through [`PinnedBuffer::as_slice`], which waits for the copy.
+    pub fn copy_from_device_async(&mut self, stream: &Stream, src: &DeviceBuffer<T>) -> Result<()> {
+        if src.len() != self.len {
+            return Err(Error::LengthMismatch {
+                during: "async copy device to pinned host",
+                expected: self.len,
+                actual: src.len(),
+            });
+        }
+        if self.len == 0 {
+            return Ok(());
+        }
+        self.wait()?;
+        stream.device().bind()?;
+        ordered_on(stream, &[src.home_stream()], || {
+            // SAFETY: both ranges are live and exactly size_bytes() long; the host cannot read or
+            // free `self` before `pending` (recorded below) completes.
+            let res = unsafe {
+                sys::cuMemcpyDtoHAsync_v2(
+                    self.ptr.cast(),
+                    src.device_ptr(),
+                    src.size_bytes(),
+                    stream.raw(),
+                )
+            };
+            check(res, "async copy device to pinned host")
+        })?;
+        self.track(stream)
+    }
+}
+
+fn unsafe_zero<T: DeviceRepr>() -> T {
+    // SAFETY: DeviceRepr types are valid for every bit pattern, all-zero included.
+    unsafe { std::mem::zeroed() }
+}
+
+impl<T: DeviceRepr> Drop for PinnedBuffer<T> {
+    fn drop(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        // The memory must not be freed while a transfer still touches it: wait first. If the wait
+        // or the context binding fails, leak the memory rather than risk freeing it early.
+        if self.wait().is_ok() && self.device.bind().is_ok() {
+            // SAFETY: allocated by cuMemHostAlloc; no transfer is in flight any more.
+            unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
+        }
+    }
+}

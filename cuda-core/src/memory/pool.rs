@@ -1,0 +1,186 @@
+//! `MemPool`: the driver's stream-ordered memory pools.
+
+use crate::device::Device;
+use crate::error::{check, Result};
+use cudarc::driver::sys;
+use std::sync::Arc;
+
+struct PoolInner {
+    device: Device,
+    raw: sys::CUmemoryPool,
+    owned: bool,
+}
+
+// SAFETY: memory pool handles may be used from any thread; the driver synchronises them.
+unsafe impl Send for PoolInner {}
+// SAFETY: as above.
+unsafe impl Sync for PoolInner {}
+
+impl Drop for PoolInner {
+    fn drop(&mut self) {
+        if self.owned && self.device.bind().is_ok() {
+            // SAFETY: we created the pool and no buffer holds it any more (buffers keep a clone).
+            // The driver defers the release while frees are still pending.
+            unsafe { sys::cuMemPoolDestroy(self.raw) };
+        }
+    }
+}
+
+/// A stream-ordered memory pool. Buffers allocated from it keep it alive. Cloning gives another
+/// handle to the same pool.
+#[derive(Clone)]
+pub struct MemPool {
+    inner: Arc<PoolInner>,
+}
+
+impl std::fmt::Debug for MemPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "MemPool({:p} on device {})",
+            self.inner.raw,
+            self.inner.device.ordinal()
+        )
+    }
+}
+
+/// Usage figures of a pool, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Memory handed out to live allocations now.
+    pub used_current: u64,
+    /// High-water mark of `used_current` since creation or the last reset.
+    pub used_high: u64,
+    /// Memory the pool holds from the device now (used or cached).
+    pub reserved_current: u64,
+    /// High-water mark of `reserved_current`.
+    pub reserved_high: u64,
+}
+
+impl MemPool {
+    /// Creates a new pool of device memory on `device`.
+    pub fn new(device: &Device) -> Result<MemPool> {
+        device.bind()?;
+        // SAFETY: zeroed is a valid starting point for this plain C struct; we fill what matters.
+        let mut props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
+        props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
+        props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = device.ordinal() as i32;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid props and out-pointer.
+        check(
+            unsafe { sys::cuMemPoolCreate(&mut raw, &props) },
+            "creating a memory pool",
+        )?;
+        Ok(MemPool {
+            inner: Arc::new(PoolInner {
+                device: *device,
+                raw,
+                owned: true,
+            }),
+        })
+    }
+
+    /// The device's default pool (the one plain allocations use). Not destroyed on drop.
+    pub fn device_default(device: &Device) -> Result<MemPool> {
+        device.bind()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and device.
+        check(
+            unsafe { sys::cuDeviceGetDefaultMemPool(&mut raw, device.cu_device()) },
+            "getting the default memory pool",
+        )?;
+        Ok(MemPool {
+            inner: Arc::new(PoolInner {
+                device: *device,
+                raw,
+                owned: false,
+            }),
+        })
+    }
+
+    /// The raw handle, valid while any clone lives.
+    pub fn raw(&self) -> sys::CUmemoryPool {
+        self.inner.raw
+    }
+
+    /// The device the pool allocates on.
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    fn set_u64(
+        &self,
+        attr: sys::CUmemPool_attribute,
+        mut v: u64,
+        during: &'static str,
+    ) -> Result<()> {
+        self.inner.device.bind()?;
+        // SAFETY: these attributes take a cuuint64_t; we pass a pointer to one.
+        check(
+            unsafe { sys::cuMemPoolSetAttribute(self.raw(), attr, (&mut v as *mut u64).cast()) },
+            during,
+        )
+    }
+
+    fn get_u64(&self, attr: sys::CUmemPool_attribute) -> Result<u64> {
+        self.inner.device.bind()?;
+        let mut v = 0u64;
+        // SAFETY: these attributes are cuuint64_t; valid out-pointer.
+        check(
+            unsafe { sys::cuMemPoolGetAttribute(self.raw(), attr, (&mut v as *mut u64).cast()) },
+            "reading a memory pool attribute",
+        )?;
+        Ok(v)
+    }
+
+    /// Memory the pool may keep cached (not returned to the device) at a synchronize.
+    /// `u64::MAX` keeps everything, which makes stream-ordered allocation nearly free.
+    pub fn set_release_threshold(&self, bytes: u64) -> Result<()> {
+        use sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD as A;
+        self.set_u64(A, bytes, "setting a pool's release threshold")
+    }
+
+    /// The current release threshold in bytes.
+    pub fn release_threshold(&self) -> Result<u64> {
+        self.get_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+    }
+
+    /// Returns cached memory to the device until at most `keep_bytes` stay reserved (memory in
+    /// use is never released).
+    pub fn trim_to(&self, keep_bytes: usize) -> Result<()> {
+        self.inner.device.bind()?;
+        // SAFETY: live pool.
+        check(
+            unsafe { sys::cuMemPoolTrimTo(self.raw(), keep_bytes) },
+            "trimming a memory pool",
+        )
+    }
+
+    /// Used and reserved bytes, current and high-water marks.
+    pub fn stats(&self) -> Result<PoolStats> {
+        use sys::CUmemPool_attribute::*;
+        Ok(PoolStats {
+            used_current: self.get_u64(CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+            used_high: self.get_u64(CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
+            reserved_current: self.get_u64(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
+            reserved_high: self.get_u64(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
+        })
+    }
+
+    /// Resets both high-water marks to the current values.
+    pub fn reset_high_water_marks(&self) -> Result<()> {
+        use sys::CUmemPool_attribute::*;
+        self.set_u64(
+            CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+            0,
+            "resetting a pool's high-water mark",
+        )?;
+        self.set_u64(
+            CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
+            0,
+            "resetting a pool's high-water mark",
+        )
+    }
+}

@@ -1,0 +1,322 @@
+//! Loaded code: modules, kernel functions, launch configuration and typed kernel arguments.
+
+use crate::device::Device;
+use crate::error::{check, Error, Result};
+use crate::memory::{ordered_on, DeviceBuffer, DeviceRepr};
+use crate::stream::Stream;
+use cudarc::driver::sys;
+use std::ffi::{c_void, CString};
+use std::sync::Arc;
+
+/// A kernel attribute, as the driver names it (`CU_FUNC_ATTRIBUTE_*`).
+pub use sys::CUfunction_attribute as FunctionAttribute;
+
+struct ModuleInner {
+    device: Device,
+    raw: sys::CUmodule,
+}
+
+// SAFETY: module handles may be used from any thread of the process.
+unsafe impl Send for ModuleInner {}
+// SAFETY: immutable after load; cuModuleGetFunction is thread-safe.
+unsafe impl Sync for ModuleInner {}
+
+impl Drop for ModuleInner {
+    fn drop(&mut self) {
+        // A kernel of this module may still be queued or running: wait for the device to go idle
+        // before unloading, so no launch ever runs code that was unloaded. This blocks, which is
+        // why modules are normally loaded once and kept (the `kernels` crate caches them).
+        if self.device.synchronize().is_ok() {
+            // SAFETY: we own the module; every launch from it has completed (synchronize above) and
+            // no Function outlives this (each holds an Arc to us).
+            unsafe { sys::cuModuleUnload(self.raw) };
+        }
+    }
+}
+
+/// A loaded module (PTX or CUBIN). Cloning gives another handle; the module is unloaded when the
+/// last handle and the last [`Function`] from it are dropped.
+#[derive(Clone)]
+pub struct Module {
+    inner: Arc<ModuleInner>,
+}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Module({:p})", self.inner.raw)
+    }
+}
+
+impl Module {
+    /// Loads a module from PTX text.
+    pub fn from_ptx(device: &Device, ptx: &str) -> Result<Module> {
+        let c = CString::new(ptx)
+            .map_err(|_| Error::InvalidArgument("PTX text contains a NUL byte".into()))?;
+        Self::load(device, c.as_bytes_with_nul())
+    }
+
+    /// Loads a module from a CUBIN (or fatbin) image.
+    pub fn from_cubin(device: &Device, image: &[u8]) -> Result<Module> {
+        if image.is_empty() {
+            return Err(Error::InvalidArgument("empty CUBIN image".into()));
+        }
+        // cuModuleLoadData reads the image's own headers for its size, so copy it to an
+        // 8-byte-aligned buffer to be safe regardless of the caller's alignment.
+        let mut aligned = vec![0u64; image.len().div_ceil(8)];
+        // SAFETY: `aligned` has at least image.len() bytes; the ranges do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr().cast(), image.len())
+        };
+        // SAFETY: reinterpreting u64s as bytes of the same total length.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(aligned.as_ptr().cast(), aligned.len() * 8) };
+        Self::load(device, bytes)
+    }
+
+    fn load(device: &Device, image: &[u8]) -> Result<Module> {
+        device.bind()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `image` is a NUL-terminated PTX string or an aligned binary image that lives
+        // across the call; the driver copies what it needs.
+        check(
+            unsafe { sys::cuModuleLoadData(&mut raw, image.as_ptr().cast()) },
+            "loading a module",
+        )?;
+        Ok(Module {
+            inner: Arc::new(ModuleInner {
+                device: *device,
+                raw,
+            }),
+        })
+    }
+
+    /// Looks up a kernel by its (`extern "C"`) name.
+    pub fn function(&self, name: &str) -> Result<Function> {
+        let c = CString::new(name)
+            .map_err(|_| Error::InvalidArgument("kernel name contains a NUL byte".into()))?;
+        self.inner.device.bind()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: live module; NUL-terminated name; valid out-pointer.
+        check(
+            unsafe { sys::cuModuleGetFunction(&mut raw, self.inner.raw, c.as_ptr()) },
+            "looking up a kernel in a module",
+        )?;
+        Ok(Function {
+            _module: self.inner.clone(),
+            raw,
+            device: self.inner.device,
+        })
+    }
+
+    /// The device the module was loaded on.
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+}
+
+/// A kernel in a loaded module. Keeps its module loaded.
+#[derive(Clone)]
+pub struct Function {
+    _module: Arc<ModuleInner>,
+    raw: sys::CUfunction,
+    device: Device,
+}
+
+// SAFETY: function handles may be used from any thread; launches are thread-safe in the driver.
+unsafe impl Send for Function {}
+// SAFETY: as above; immutable.
+unsafe impl Sync for Function {}
+
+impl std::fmt::Debug for Function {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Function({:p})", self.raw)
+    }
+}
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Blocks in the grid (x, y, z).
+    pub grid: (u32, u32, u32),
+    /// Threads per block (x, y, z).
+    pub block: (u32, u32, u32),
+    /// Bytes of dynamic shared memory per block.
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// A 1-D launch with `block` threads per block and enough blocks to cover `n` elements (at
+    /// least one block).
+    pub fn for_elements(n: usize, block: u32) -> LaunchConfig {
+        let block = block.max(1);
+        let blocks = n.div_ceil(block as usize).clamp(1, u32::MAX as usize) as u32;
+        LaunchConfig {
+            grid: (blocks, 1, 1),
+            block: (block, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+}
+
+/// One kernel parameter.
+///
+/// # Safety
+/// `param_ptr` must point to a value laid out exactly as the kernel's C parameter, valid for as
+/// long as `self` is borrowed; `home_stream` must return the home stream of any device memory the
+/// parameter refers to.
+pub unsafe trait KernelParam {
+    /// Pointer to the parameter's bytes, as `cuLaunchKernel`'s `kernelParams` wants.
+    fn param_ptr(&self) -> *mut c_void;
+    /// Home stream of the device memory the parameter refers to, if any.
+    fn home_stream(&self) -> Option<&Stream> {
+        None
+    }
+}
+
+// SAFETY: a DeviceRepr scalar is passed by value; the pointer is to the value itself.
+unsafe impl<T: DeviceRepr> KernelParam for T {
+    #[inline]
+    fn param_ptr(&self) -> *mut c_void {
+        self as *const T as *mut c_void
+    }
+}
+
+// SAFETY: the kernel receives the CUdeviceptr stored inside the buffer; the home stream is the
+// buffer's.
+unsafe impl<T: DeviceRepr> KernelParam for &DeviceBuffer<T> {
+    #[inline]
+    fn param_ptr(&self) -> *mut c_void {
+        buffer_ptr_field(self)
+    }
+    #[inline]
+    fn home_stream(&self) -> Option<&Stream> {
+        Some(DeviceBuffer::home_stream(self))
+    }
+}
+
+// SAFETY: as for `&DeviceBuffer`.
+unsafe impl<T: DeviceRepr> KernelParam for &mut DeviceBuffer<T> {
+    #[inline]
+    fn param_ptr(&self) -> *mut c_void {
+        buffer_ptr_field(self)
+    }
+    #[inline]
+    fn home_stream(&self) -> Option<&Stream> {
+        Some(DeviceBuffer::home_stream(self))
+    }
+}
+
+fn buffer_ptr_field<T: DeviceRepr>(b: &DeviceBuffer<T>) -> *mut c_void {
+    b.device_ptr_ref() as *const sys::CUdeviceptr as *mut c_void
+}
+
+/// A full argument list: tuples of [`KernelParam`]s, up to 12.
+///
+/// # Safety
+/// `with_params` must pass one pointer per parameter, each valid during the call, and the homes
+/// of all device memory referred to.
+pub unsafe trait KernelArgs {
+    /// Calls `f` with the parameter pointers and the home streams of referenced memory.
+    fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void], &[Option<&Stream>]) -> R) -> R;
+}
+
+macro_rules! impl_args {
+    ($($n:ident),*) => {
+        // SAFETY: one pointer per tuple element, each borrowed from `self` for the call.
+        unsafe impl<$($n: KernelParam),*> KernelArgs for ($($n,)*) {
+            #[allow(non_snake_case)]
+            #[inline]
+            fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void], &[Option<&Stream>]) -> R) -> R {
+                let ($($n,)*) = self;
+                let mut ptrs = [$($n.param_ptr()),*];
+                let homes = [$($n.home_stream()),*];
+                f(&mut ptrs, &homes)
+            }
+        }
+    };
+}
+impl_args!(A);
+impl_args!(A, B);
+impl_args!(A, B, C);
+impl_args!(A, B, C, D);
+impl_args!(A, B, C, D, E);
+impl_args!(A, B, C, D, E, F);
+impl_args!(A, B, C, D, E, F, G);
+impl_args!(A, B, C, D, E, F, G, H);
+impl_args!(A, B, C, D, E, F, G, H, I);
+impl_args!(A, B, C, D, E, F, G, H, I, J);
+impl_args!(A, B, C, D, E, F, G, H, I, J, K);
+impl_args!(A, B, C, D, E, F, G, H, I, J, K, L);
+
+impl Function {
+    /// The raw handle, valid while `self` lives.
+    pub fn raw(&self) -> sys::CUfunction {
+        self.raw
+    }
+
+    /// Reads a function attribute (e.g. `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`).
+    pub fn attribute(&self, attr: FunctionAttribute) -> Result<i32> {
+        let mut v = 0;
+        // SAFETY: valid out-pointer and function.
+        check(
+            unsafe { sys::cuFuncGetAttribute(&mut v, attr, self.raw) },
+            "reading a kernel attribute",
+        )?;
+        Ok(v)
+    }
+
+    /// Queues the kernel on `stream` with `args`.
+    ///
+    /// Buffers passed as arguments whose home stream is not `stream` are joined (see
+    /// [`crate::memory::ordered_on`]), so the launch is ordered after their earlier uses and their
+    /// free after the launch. A configuration the driver rejects is an error, not a crash.
+    ///
+    /// # Safety
+    /// The argument list must match the kernel's C signature in number, order and layout, and the
+    /// kernel must access only memory it is given, within bounds: writes only through `&mut`
+    /// buffers, no out-of-range indices. The typed launchers of the `kernels` crate uphold this.
+    pub unsafe fn launch<A: KernelArgs>(
+        &self,
+        stream: &Stream,
+        cfg: LaunchConfig,
+        args: A,
+    ) -> Result<()> {
+        if stream.device() != &self.device {
+            return Err(Error::DeviceMismatch {
+                during: "launching a kernel",
+                expected: self.device.ordinal(),
+                actual: stream.device().ordinal(),
+            });
+        }
+        args.with_params(|ptrs, homes| {
+            let mut enqueue = || {
+                let (g, b) = (cfg.grid, cfg.block);
+                // SAFETY: `ptrs` holds one valid pointer per parameter (KernelArgs contract); the
+                // caller guarantees they match the kernel's signature; the stream is live.
+                let res = unsafe {
+                    sys::cuLaunchKernel(
+                        self.raw,
+                        g.0,
+                        g.1,
+                        g.2,
+                        b.0,
+                        b.1,
+                        b.2,
+                        cfg.shared_mem_bytes,
+                        stream.raw(),
+                        ptrs.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    )
+                };
+                check(res, "launching a kernel")
+            };
+            self.device.bind()?;
+            if homes.iter().all(|h| h.is_none_or(|h| h == stream)) {
+                enqueue()
+            } else {
+                let foreign: Vec<&Stream> = homes.iter().flatten().copied().collect();
+                ordered_on(stream, &foreign, enqueue)
+            }
+        })
+    }
+}

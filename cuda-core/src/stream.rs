@@ -1,0 +1,194 @@
+//! Streams: ordered queues of device work.
+//!
+//! **Drop:** dropping the last handle to a stream calls `cuStreamDestroy`, which returns at once;
+//! the driver releases the stream after the work already queued on it has finished. Dropping a
+//! stream therefore never blocks and never cancels queued work. Buffers keep their allocation
+//! stream alive (they hold a handle), so stream-ordered frees always have a live stream.
+
+use crate::device::Device;
+use crate::error::{check, Error, Result};
+use crate::event::Event;
+use cudarc::driver::sys;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+struct StreamInner {
+    device: Device,
+    raw: sys::CUstream,
+}
+
+// SAFETY: a CUstream may be used from any thread; the driver serialises enqueues internally.
+unsafe impl Send for StreamInner {}
+// SAFETY: as above; the handle is immutable after creation.
+unsafe impl Sync for StreamInner {}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: we own the handle and nothing uses it after the last Arc is gone. The driver
+            // defers the release until queued work is complete. An error cannot be reported here.
+            unsafe { sys::cuStreamDestroy_v2(self.raw) };
+        }
+    }
+}
+
+/// A non-blocking CUDA stream (it does not synchronise with the legacy default stream).
+/// Cloning gives another handle to the same stream; two handles are equal when they name the same
+/// stream.
+#[derive(Clone)]
+pub struct Stream {
+    inner: Arc<StreamInner>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Stream({:p} on device {})",
+            self.inner.raw,
+            self.inner.device.ordinal()
+        )
+    }
+}
+
+impl PartialEq for Stream {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+impl Eq for Stream {}
+
+impl Device {
+    /// The range of stream priorities `(least, greatest)`; numerically lower is higher priority
+    /// (e.g. `(0, -5)`).
+    pub fn stream_priority_range(&self) -> Result<(i32, i32)> {
+        self.bind()?;
+        let (mut least, mut greatest) = (0, 0);
+        // SAFETY: valid out-pointers; context bound.
+        check(
+            unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) },
+            "reading the stream priority range",
+        )?;
+        Ok((least, greatest))
+    }
+
+    /// Creates a new non-blocking stream with the default priority.
+    pub fn new_stream(&self) -> Result<Stream> {
+        Stream::new(self)
+    }
+}
+
+impl Stream {
+    /// Creates a non-blocking stream with the default priority.
+    pub fn new(device: &Device) -> Result<Stream> {
+        Self::with_priority(device, 0)
+    }
+
+    /// Creates a non-blocking stream with `priority`, which must lie in
+    /// [`Device::stream_priority_range`] (an error otherwise, rather than the driver's silent clamp).
+    pub fn with_priority(device: &Device, priority: i32) -> Result<Stream> {
+        device.bind()?;
+        if priority != 0 {
+            let (least, greatest) = device.stream_priority_range()?;
+            if priority > least || priority < greatest {
+                return Err(Error::InvalidArgument(format!(
+                    "stream priority {priority} outside the device's range [{greatest}, {least}]"
+                )));
+            }
+        }
+        let mut raw = std::ptr::null_mut();
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: valid out-pointer; context bound.
+        check(
+            unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags, priority) },
+            "creating a stream",
+        )?;
+        Ok(Stream {
+            inner: Arc::new(StreamInner {
+                device: *device,
+                raw,
+            }),
+        })
+    }
+
+    /// The device this stream belongs to.
+    #[inline]
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    /// The raw handle. Valid as long as any clone of this `Stream` lives.
+    #[inline]
+    pub fn raw(&self) -> sys::CUstream {
+        self.inner.raw
+    }
+
+    /// Blocks the calling thread until all work queued on this stream has finished, and reports
+    /// any asynchronous error of that work.
+    pub fn synchronize(&self) -> Result<()> {
+        self.inner.device.bind()?;
+        // SAFETY: live stream handle; context bound.
+        check(
+            unsafe { sys::cuStreamSynchronize(self.raw()) },
+            "synchronizing a stream",
+        )
+    }
+
+    /// Non-blocking: `true` if all queued work has finished, `false` if some is still running.
+    pub fn query(&self) -> Result<bool> {
+        self.inner.device.bind()?;
+        // SAFETY: live stream handle; context bound.
+        match unsafe { sys::cuStreamQuery(self.raw()) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(Error::driver(e, "querying a stream")),
+        }
+    }
+
+    /// Makes all work queued on this stream after this call wait until `event` has completed.
+    /// Does not block the host.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        self.inner.device.bind()?;
+        // SAFETY: live stream and event handles; context bound.
+        check(
+            unsafe { sys::cuStreamWaitEvent(self.raw(), event.raw(), 0) },
+            "making a stream wait on an event",
+        )
+    }
+
+    /// Orders all work queued on `self` after this call behind all work queued on `other` so far.
+    /// A no-op when both are the same stream.
+    pub fn wait_stream(&self, other: &Stream) -> Result<()> {
+        if self == other {
+            return Ok(());
+        }
+        let ev = Event::new(other.device(), false)?;
+        ev.record(other)?;
+        self.wait_event(&ev)
+    }
+
+    /// Queues `f` to run on a driver thread once all earlier work on this stream has finished.
+    ///
+    /// # Safety
+    /// `f` must not call any CUDA API function (the driver forbids it from host callbacks: it may
+    /// deadlock or fail) and must not block for long, since it stalls the stream.
+    pub unsafe fn launch_host_fn<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<()> {
+        unsafe extern "C" fn trampoline<F: FnOnce() + Send + 'static>(data: *mut c_void) {
+            // SAFETY: `data` is the Box<F> leaked below, handed to the driver exactly once; the
+            // driver calls this trampoline exactly once for it.
+            let f = unsafe { Box::from_raw(data as *mut F) };
+            // A panic must not unwind into the driver's C frame.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        }
+        self.inner.device.bind()?;
+        let data = Box::into_raw(Box::new(f)) as *mut c_void;
+        // SAFETY: live stream; the trampoline matches CUhostFn and owns `data` once it runs.
+        let res = unsafe { sys::cuLaunchHostFunc(self.raw(), Some(trampoline::<F>), data) };
+        if res != sys::CUresult::CUDA_SUCCESS {
+            // SAFETY: the driver refused the callback, so it will never run: reclaim the box.
+            drop(unsafe { Box::from_raw(data as *mut F) });
+            return Err(Error::driver(res, "queueing a host function"));
+        }
+        Ok(())
+    }
+}

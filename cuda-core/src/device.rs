@@ -60,10 +60,7 @@ impl Device {
     /// range ([`Error::InvalidDevice`]).
     pub fn new(ordinal: usize) -> Result<Device> {
         let reg = registry()?;
-        let slot = reg.get(ordinal).ok_or(Error::InvalidDevice {
-            ordinal,
-            count: reg.len(),
-        })?;
+        let slot = reg.get(ordinal).ok_or(Error::InvalidDevice { ordinal, count: reg.len() })?;
         let inner = slot.get_or_init(|| open(ordinal)).clone()?;
         let dev = Device { inner };
         dev.bind()?;
@@ -96,16 +93,10 @@ impl Device {
     pub fn bind(&self) -> Result<()> {
         let mut cur = std::ptr::null_mut();
         // SAFETY: valid out-pointer; cuCtxGetCurrent only reads thread-local driver state.
-        check(
-            unsafe { sys::cuCtxGetCurrent(&mut cur) },
-            "reading the current context",
-        )?;
+        check(unsafe { sys::cuCtxGetCurrent(&mut cur) }, "reading the current context")?;
         if cur != self.inner.ctx {
             // SAFETY: the context is a retained primary context that lives for the process.
-            check(
-                unsafe { sys::cuCtxSetCurrent(self.inner.ctx) },
-                "binding the device's context",
-            )?;
+            check(unsafe { sys::cuCtxSetCurrent(self.inner.ctx) }, "binding the device's context")?;
         }
         Ok(())
     }
@@ -151,10 +142,7 @@ impl Device {
         self.bind()?;
         let (mut free, mut total) = (0, 0);
         // SAFETY: valid out-pointers; this device's context is current.
-        check(
-            unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) },
-            "reading free memory",
-        )?;
+        check(unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) }, "reading free memory")?;
         Ok((free, total))
     }
 
@@ -162,13 +150,10 @@ impl Device {
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         // SAFETY: this device's context is current.
-        check(
-            unsafe { sys::cuCtxSynchronize() },
-            "synchronizing the device",
-        )
+        check(unsafe { sys::cuCtxSynchronize() }, "synchronizing the device")
     }
 
-    /// The `--gpu-arch` value NVRTC should compile for, e.g. `sm_90`.
+    /// The `--gpu-architecture` value NVRTC should compile for, e.g. `sm_90`.
     pub fn sm_arch(&self) -> Result<String> {
         let (major, minor) = self.compute_capability()?;
         Ok(format!("sm_{major}{minor}"))
@@ -178,10 +163,7 @@ impl Device {
 fn open(ordinal: usize) -> Result<&'static DeviceInner> {
     let mut cu_device = 0;
     // SAFETY: driver initialised by registry(); ordinal checked against the count; out-pointer valid.
-    check(
-        unsafe { sys::cuDeviceGet(&mut cu_device, ordinal as i32) },
-        "getting a device handle",
-    )?;
+    check(unsafe { sys::cuDeviceGet(&mut cu_device, ordinal as i32) }, "getting a device handle")?;
     let mut buf = [0 as std::ffi::c_char; 256];
     // SAFETY: the buffer is 256 bytes and we pass its length; the driver NUL-terminates.
     check(
@@ -189,20 +171,10 @@ fn open(ordinal: usize) -> Result<&'static DeviceInner> {
         "reading the device name",
     )?;
     // SAFETY: NUL-terminated by the driver within the buffer (the last byte stays 0 at worst).
-    let name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
-        .to_string_lossy()
-        .into_owned();
+    let name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
     let mut ctx = std::ptr::null_mut();
     // SAFETY: valid device handle and out-pointer. The retain is never released: the primary
     // context lives for the process, so every handle derived from it stays valid.
-    check(
-        unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, cu_device) },
-        "retaining the primary context",
-    )?;
-    Ok(Box::leak(Box::new(DeviceInner {
-        ordinal,
-        cu_device,
-        ctx,
-        name,
-    })))
+    check(unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, cu_device) }, "retaining the primary context")?;
+    Ok(Box::leak(Box::new(DeviceInner { ordinal, cu_device, ctx, name })))
 }

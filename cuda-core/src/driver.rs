@@ -7,12 +7,20 @@
 
 use crate::error::{check, Error, Result};
 use cudarc::driver::sys;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// Loads the driver and runs `cuInit(0)` once per process. Every entry point of this crate that
 /// talks to the driver goes through here first, so a missing driver is an error, never a panic.
+static INIT: OnceLock<Result<()>> = OnceLock::new();
+static LIBRARY_LOADED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the driver library has been found (so its functions may be called without panicking).
+pub(crate) fn library_loaded() -> bool {
+    LIBRARY_LOADED.load(Ordering::Acquire)
+}
+
 pub(crate) fn init() -> Result<()> {
-    static INIT: OnceLock<Result<()>> = OnceLock::new();
     INIT.get_or_init(|| {
         // SAFETY: is_culib_present only tries to dlopen candidate names and closes them again.
         if !unsafe { sys::is_culib_present() } {
@@ -21,11 +29,9 @@ pub(crate) fn init() -> Result<()> {
                 searched: cudarc::get_lib_name_candidates("cuda").join(", "),
             });
         }
+        LIBRARY_LOADED.store(true, Ordering::Release);
         // SAFETY: cuInit has no preconditions; the library is known to load.
-        check(
-            unsafe { sys::cuInit(0) },
-            "initialising the CUDA driver (cuInit)",
-        )
+        check(unsafe { sys::cuInit(0) }, "initialising the CUDA driver (cuInit)")
     })
     .clone()
 }
@@ -47,10 +53,7 @@ pub fn driver_version() -> Result<(u32, u32)> {
     init()?;
     let mut v = 0;
     // SAFETY: valid out-pointer, driver initialised.
-    check(
-        unsafe { sys::cuDriverGetVersion(&mut v) },
-        "reading the driver version",
-    )?;
+    check(unsafe { sys::cuDriverGetVersion(&mut v) }, "reading the driver version")?;
     Ok(((v / 1000) as u32, ((v % 1000) / 10) as u32))
 }
 
@@ -62,17 +65,11 @@ pub const MIN_DRIVER_CUDA_VERSION: (u32, u32) = (13, 0);
 /// device. Returns the device count or the reason there is none.
 pub fn gpu_available() -> Result<usize> {
     match device_count() {
-        Ok(0) => Err(Error::NoDevice {
-            reason: "the driver reports 0 devices".into(),
-        }),
+        Ok(0) => Err(Error::NoDevice { reason: "the driver reports 0 devices".into() }),
         Ok(n) => Ok(n),
-        Err(Error::Driver {
-            name: "CUDA_ERROR_NO_DEVICE",
-            description,
-            ..
-        }) => Err(Error::NoDevice {
-            reason: description.into(),
-        }),
+        Err(Error::Driver { name: "CUDA_ERROR_NO_DEVICE", description, .. }) => {
+            Err(Error::NoDevice { reason: description.into() })
+        }
         Err(e) => Err(e),
     }
 }

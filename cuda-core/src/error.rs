@@ -107,6 +107,16 @@ impl Error {
     pub(crate) fn driver(code: sys::CUresult, during: &'static str) -> Self {
         let mut name_ptr = std::ptr::null();
         let mut desc_ptr = std::ptr::null();
+        if !crate::driver::library_loaded() {
+            // Never reached in practice (every driver call follows a successful load), but the
+            // name lookup below would need the library.
+            return Error::Driver {
+                name: "CUDA_ERROR_UNKNOWN_CODE",
+                code: code as u32,
+                description: "driver not loaded",
+                during,
+            };
+        }
         // SAFETY: cuGetErrorName/String write a pointer to a static, NUL-terminated string owned by
         // the driver (or leave ours null for unknown codes); we only read it after checking.
         let (name, description) = unsafe {

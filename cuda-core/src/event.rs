@@ -45,15 +45,8 @@ impl Event {
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer; context bound.
-        check(
-            unsafe { sys::cuEventCreate(&mut raw, flags) },
-            "creating an event",
-        )?;
-        Ok(Event {
-            device: *device,
-            raw,
-            timing,
-        })
+        check(unsafe { sys::cuEventCreate(&mut raw, flags) }, "creating an event")?;
+        Ok(Event { device: *device, raw, timing })
     }
 
     /// The raw handle, valid while `self` lives.
@@ -77,10 +70,7 @@ impl Event {
         }
         self.device.bind()?;
         // SAFETY: live event and stream of the same context.
-        check(
-            unsafe { sys::cuEventRecord(self.raw, stream.raw()) },
-            "recording an event",
-        )
+        check(unsafe { sys::cuEventRecord(self.raw, stream.raw()) }, "recording an event")
     }
 
     /// Non-blocking: `true` once the recorded work has completed (or if never recorded).
@@ -98,10 +88,7 @@ impl Event {
     pub fn synchronize(&self) -> Result<()> {
         self.device.bind()?;
         // SAFETY: live event.
-        check(
-            unsafe { sys::cuEventSynchronize(self.raw) },
-            "synchronizing an event",
-        )
+        check(unsafe { sys::cuEventSynchronize(self.raw) }, "synchronizing an event")
     }
 
     /// Milliseconds between `start` and `end`, both timing events that have completed.

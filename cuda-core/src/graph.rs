@@ -72,10 +72,7 @@ impl Stream {
     pub fn begin_capture(&self, mode: CaptureMode) -> Result<()> {
         self.device().bind()?;
         // SAFETY: live stream.
-        check(
-            unsafe { sys::cuStreamBeginCapture_v2(self.raw(), mode.raw()) },
-            "beginning stream capture",
-        )
+        check(unsafe { sys::cuStreamBeginCapture_v2(self.raw(), mode.raw()) }, "beginning stream capture")
     }
 
     /// Ends the capture and returns the captured graph. If the capture was invalidated, the error
@@ -92,10 +89,7 @@ impl Stream {
             }
             return Err(Error::driver(res, "ending stream capture"));
         }
-        Ok(Graph {
-            raw,
-            device: *self.device(),
-        })
+        Ok(Graph { raw, device: *self.device() })
     }
 
     /// The capture status of this stream.
@@ -103,10 +97,7 @@ impl Stream {
         self.device().bind()?;
         let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: live stream; valid out-pointer.
-        check(
-            unsafe { sys::cuStreamIsCapturing(self.raw(), &mut st) },
-            "querying capture status",
-        )?;
+        check(unsafe { sys::cuStreamIsCapturing(self.raw(), &mut st) }, "querying capture status")?;
         use sys::CUstreamCaptureStatus::*;
         Ok(match st {
             CU_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
@@ -141,14 +132,8 @@ impl Graph {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer; flags must be 0.
-        check(
-            unsafe { sys::cuGraphCreate(&mut raw, 0) },
-            "creating a graph",
-        )?;
-        Ok(Graph {
-            raw,
-            device: *device,
-        })
+        check(unsafe { sys::cuGraphCreate(&mut raw, 0) }, "creating a graph")?;
+        Ok(Graph { raw, device: *device })
     }
 
     /// The raw handle, valid while `self` lives.
@@ -187,18 +172,11 @@ impl Graph {
             unsafe { sys::cuGraphInstantiateWithFlags(&mut raw, self.raw, flags.0) },
             "instantiating a graph",
         )?;
-        Ok(GraphExec {
-            raw,
-            device: self.device,
-        })
+        Ok(GraphExec { raw, device: self.device })
     }
 
     /// Instantiates and uploads to the device on `stream`, so the first launch pays no upload.
-    pub fn instantiate_and_upload(
-        &self,
-        flags: InstantiateFlags,
-        stream: &Stream,
-    ) -> Result<GraphExec> {
+    pub fn instantiate_and_upload(&self, flags: InstantiateFlags, stream: &Stream) -> Result<GraphExec> {
         let exec = self.instantiate(InstantiateFlags(flags.0 & !InstantiateFlags::UPLOAD.0))?;
         exec.upload(stream)?;
         Ok(exec)
@@ -236,10 +214,7 @@ impl GraphExec {
     pub fn upload(&self, stream: &Stream) -> Result<()> {
         self.device.bind()?;
         // SAFETY: live graph exec and stream.
-        check(
-            unsafe { sys::cuGraphUpload(self.raw, stream.raw()) },
-            "uploading a graph",
-        )
+        check(unsafe { sys::cuGraphUpload(self.raw, stream.raw()) }, "uploading a graph")
     }
 
     /// Queues one replay of the graph on `stream`.
@@ -250,9 +225,6 @@ impl GraphExec {
     pub unsafe fn launch(&self, stream: &Stream) -> Result<()> {
         self.device.bind()?;
         // SAFETY: live handles; the caller upholds the memory contract.
-        check(
-            unsafe { sys::cuGraphLaunch(self.raw, stream.raw()) },
-            "launching a graph",
-        )
+        check(unsafe { sys::cuGraphLaunch(self.raw, stream.raw()) }, "launching a graph")
     }
 }

@@ -50,8 +50,8 @@ impl std::fmt::Debug for Module {
 impl Module {
     /// Loads a module from PTX text.
     pub fn from_ptx(device: &Device, ptx: &str) -> Result<Module> {
-        let c = CString::new(ptx)
-            .map_err(|_| Error::InvalidArgument("PTX text contains a NUL byte".into()))?;
+        let c =
+            CString::new(ptx).map_err(|_| Error::InvalidArgument("PTX text contains a NUL byte".into()))?;
         Self::load(device, c.as_bytes_with_nul())
     }
 
@@ -64,12 +64,9 @@ impl Module {
         // 8-byte-aligned buffer to be safe regardless of the caller's alignment.
         let mut aligned = vec![0u64; image.len().div_ceil(8)];
         // SAFETY: `aligned` has at least image.len() bytes; the ranges do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr().cast(), image.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr().cast(), image.len()) };
         // SAFETY: reinterpreting u64s as bytes of the same total length.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(aligned.as_ptr().cast(), aligned.len() * 8) };
+        let bytes = unsafe { std::slice::from_raw_parts(aligned.as_ptr().cast(), aligned.len() * 8) };
         Self::load(device, bytes)
     }
 
@@ -78,16 +75,8 @@ impl Module {
         let mut raw = std::ptr::null_mut();
         // SAFETY: `image` is a NUL-terminated PTX string or an aligned binary image that lives
         // across the call; the driver copies what it needs.
-        check(
-            unsafe { sys::cuModuleLoadData(&mut raw, image.as_ptr().cast()) },
-            "loading a module",
-        )?;
-        Ok(Module {
-            inner: Arc::new(ModuleInner {
-                device: *device,
-                raw,
-            }),
-        })
+        check(unsafe { sys::cuModuleLoadData(&mut raw, image.as_ptr().cast()) }, "loading a module")?;
+        Ok(Module { inner: Arc::new(ModuleInner { device: *device, raw }) })
     }
 
     /// Looks up a kernel by its (`extern "C"`) name.
@@ -101,11 +90,7 @@ impl Module {
             unsafe { sys::cuModuleGetFunction(&mut raw, self.inner.raw, c.as_ptr()) },
             "looking up a kernel in a module",
         )?;
-        Ok(Function {
-            _module: self.inner.clone(),
-            raw,
-            device: self.inner.device,
-        })
+        Ok(Function { _module: self.inner.clone(), raw, device: self.inner.device })
     }
 
     /// The device the module was loaded on.
@@ -150,11 +135,7 @@ impl LaunchConfig {
     pub fn for_elements(n: usize, block: u32) -> LaunchConfig {
         let block = block.max(1);
         let blocks = n.div_ceil(block as usize).clamp(1, u32::MAX as usize) as u32;
-        LaunchConfig {
-            grid: (blocks, 1, 1),
-            block: (block, 1, 1),
-            shared_mem_bytes: 0,
-        }
+        LaunchConfig { grid: (blocks, 1, 1), block: (block, 1, 1), shared_mem_bytes: 0 }
     }
 }
 
@@ -258,10 +239,7 @@ impl Function {
     pub fn attribute(&self, attr: FunctionAttribute) -> Result<i32> {
         let mut v = 0;
         // SAFETY: valid out-pointer and function.
-        check(
-            unsafe { sys::cuFuncGetAttribute(&mut v, attr, self.raw) },
-            "reading a kernel attribute",
-        )?;
+        check(unsafe { sys::cuFuncGetAttribute(&mut v, attr, self.raw) }, "reading a kernel attribute")?;
         Ok(v)
     }
 
@@ -275,12 +253,7 @@ impl Function {
     /// The argument list must match the kernel's C signature in number, order and layout, and the
     /// kernel must access only memory it is given, within bounds: writes only through `&mut`
     /// buffers, no out-of-range indices. The typed launchers of the `kernels` crate uphold this.
-    pub unsafe fn launch<A: KernelArgs>(
-        &self,
-        stream: &Stream,
-        cfg: LaunchConfig,
-        args: A,
-    ) -> Result<()> {
+    pub unsafe fn launch<A: KernelArgs>(&self, stream: &Stream, cfg: LaunchConfig, args: A) -> Result<()> {
         if stream.device() != &self.device {
             return Err(Error::DeviceMismatch {
                 during: "launching a kernel",

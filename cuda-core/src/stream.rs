@@ -42,12 +42,7 @@ pub struct Stream {
 
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Stream({:p} on device {})",
-            self.inner.raw,
-            self.inner.device.ordinal()
-        )
+        write!(f, "Stream({:p} on device {})", self.inner.raw, self.inner.device.ordinal())
     }
 }
 
@@ -99,16 +94,8 @@ impl Stream {
         let mut raw = std::ptr::null_mut();
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
         // SAFETY: valid out-pointer; context bound.
-        check(
-            unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags, priority) },
-            "creating a stream",
-        )?;
-        Ok(Stream {
-            inner: Arc::new(StreamInner {
-                device: *device,
-                raw,
-            }),
-        })
+        check(unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags, priority) }, "creating a stream")?;
+        Ok(Stream { inner: Arc::new(StreamInner { device: *device, raw }) })
     }
 
     /// The device this stream belongs to.
@@ -128,10 +115,7 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         self.inner.device.bind()?;
         // SAFETY: live stream handle; context bound.
-        check(
-            unsafe { sys::cuStreamSynchronize(self.raw()) },
-            "synchronizing a stream",
-        )
+        check(unsafe { sys::cuStreamSynchronize(self.raw()) }, "synchronizing a stream")
     }
 
     /// Non-blocking: `true` if all queued work has finished, `false` if some is still running.

@@ -35,13 +35,7 @@ unsafe impl<T: DeviceRepr> Sync for DeviceBuffer<T> {}
 
 impl<T: DeviceRepr> std::fmt::Debug for DeviceBuffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "DeviceBuffer<{}>[{}] @ {:#x}",
-            std::any::type_name::<T>(),
-            self.len,
-            self.ptr
-        )
+        write!(f, "DeviceBuffer<{}>[{}] @ {:#x}", std::any::type_name::<T>(), self.len, self.ptr)
     }
 }
 
@@ -90,13 +84,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             };
             check(res, "allocating device memory (stream-ordered)")?;
         }
-        Ok(DeviceBuffer {
-            ptr,
-            len,
-            stream: stream.clone(),
-            _pool: pool,
-            _marker: PhantomData,
-        })
+        Ok(DeviceBuffer { ptr, len, stream: stream.clone(), _pool: pool, _marker: PhantomData })
     }
 
     /// Allocates `len` zeroed elements on `stream`.
@@ -181,11 +169,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     fn check_len(&self, len: usize, during: &'static str) -> Result<()> {
         if len != self.len {
-            return Err(Error::LengthMismatch {
-                during,
-                expected: self.len,
-                actual: len,
-            });
+            return Err(Error::LengthMismatch { during, expected: self.len, actual: len });
         }
         Ok(())
     }
@@ -203,12 +187,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             // SAFETY: `data` is a live slice of exactly size_bytes() bytes; for pageable memory the
             // driver stages it before returning. The destination is our allocation.
             let res = unsafe {
-                sys::cuMemcpyHtoDAsync_v2(
-                    self.ptr,
-                    data.as_ptr().cast(),
-                    self.size_bytes(),
-                    stream.raw(),
-                )
+                sys::cuMemcpyHtoDAsync_v2(self.ptr, data.as_ptr().cast(), self.size_bytes(), stream.raw())
             };
             check(res, "copying host to device")
         })
@@ -233,9 +212,8 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         ordered_on(stream, &[&self.stream], || {
             // SAFETY: the caller guarantees `out` is writable for size_bytes() bytes; we synchronize
             // below before returning, so the driver's write is complete when the caller resumes.
-            let res = unsafe {
-                sys::cuMemcpyDtoHAsync_v2(out.cast(), self.ptr, self.size_bytes(), stream.raw())
-            };
+            let res =
+                unsafe { sys::cuMemcpyDtoHAsync_v2(out.cast(), self.ptr, self.size_bytes(), stream.raw()) };
             check(res, "copying device to host")?;
             stream.synchronize()
         })
@@ -265,9 +243,8 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         ordered_on(stream, &[&self.stream, &src.stream], || {
             // SAFETY: two distinct live allocations (`&mut self` excludes aliasing `src`) of
             // size_bytes() bytes each; ordering against both home streams is handled above.
-            let res = unsafe {
-                sys::cuMemcpyDtoDAsync_v2(self.ptr, src.ptr, self.size_bytes(), stream.raw())
-            };
+            let res =
+                unsafe { sys::cuMemcpyDtoDAsync_v2(self.ptr, src.ptr, self.size_bytes(), stream.raw()) };
             check(res, "copying device to device")
         })
     }
@@ -299,21 +276,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             // allocation; reading `value`'s bytes as an integer of the same size is sound for POD.
             let res = unsafe {
                 match size_of::<T>() {
-                    1 => {
-                        sys::cuMemsetD8Async(ptr, std::mem::transmute_copy::<T, u8>(&value), len, s)
-                    }
-                    2 => sys::cuMemsetD16Async(
-                        ptr,
-                        std::mem::transmute_copy::<T, u16>(&value),
-                        len,
-                        s,
-                    ),
-                    4 => sys::cuMemsetD32Async(
-                        ptr,
-                        std::mem::transmute_copy::<T, u32>(&value),
-                        len,
-                        s,
-                    ),
+                    1 => sys::cuMemsetD8Async(ptr, std::mem::transmute_copy::<T, u8>(&value), len, s),
+                    2 => sys::cuMemsetD16Async(ptr, std::mem::transmute_copy::<T, u16>(&value), len, s),
+                    4 => sys::cuMemsetD32Async(ptr, std::mem::transmute_copy::<T, u32>(&value), len, s),
                     8 => {
                         // Two strided 32-bit memsets: the low words, then the high words.
                         let bits = std::mem::transmute_copy::<T, u64>(&value);

@@ -13,11 +13,7 @@ use crate::stream::Stream;
 /// Runs `enqueue` (which queues work on `on`) so that it is ordered after all work queued so far on
 /// each stream in `homes`, and that each of them is ordered after it. Homes equal to `on` cost
 /// nothing. The join back to the homes is queued even if `enqueue` fails.
-pub fn ordered_on<R>(
-    on: &Stream,
-    homes: &[&Stream],
-    enqueue: impl FnOnce() -> Result<R>,
-) -> Result<R> {
+pub fn ordered_on<R>(on: &Stream, homes: &[&Stream], enqueue: impl FnOnce() -> Result<R>) -> Result<R> {
     let foreign = |h: &&&Stream| **h != on;
     for h in homes.iter().filter(foreign) {
         on.wait_stream(h)?;

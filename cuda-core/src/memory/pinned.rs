@@ -52,12 +52,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
                 unsafe { ptr.add(i).write(value) };
             }
         }
-        Ok(PinnedBuffer {
-            ptr,
-            len,
-            device: *device,
-            pending: None,
-        })
+        Ok(PinnedBuffer { ptr, len, device: *device, pending: None })
     }
 
     /// Allocates page-locked memory holding a copy of `data`.
@@ -110,11 +105,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
     }
 
     /// Queues an asynchronous copy of this buffer into `dst` on `stream` and returns at once.
-    pub fn copy_to_device_async(
-        &mut self,
-        stream: &Stream,
-        dst: &mut DeviceBuffer<T>,
-    ) -> Result<()> {
+    pub fn copy_to_device_async(&mut self, stream: &Stream, dst: &mut DeviceBuffer<T>) -> Result<()> {
         if dst.len() != self.len {
             return Err(Error::LengthMismatch {
                 during: "async copy pinned host to device",
@@ -132,12 +123,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
             // SAFETY: both ranges are live and exactly size_bytes() long; `self` stays alive and
             // unwritten by the host until `pending` (recorded below) completes.
             let res = unsafe {
-                sys::cuMemcpyHtoDAsync_v2(
-                    dst.device_ptr(),
-                    self.ptr.cast(),
-                    dst.size_bytes(),
-                    stream.raw(),
-                )
+                sys::cuMemcpyHtoDAsync_v2(dst.device_ptr(), self.ptr.cast(), dst.size_bytes(), stream.raw())
             };
             check(res, "async copy pinned host to device")
         })?;
@@ -163,12 +149,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
             // SAFETY: both ranges are live and exactly size_bytes() long; the host cannot read or
             // free `self` before `pending` (recorded below) completes.
             let res = unsafe {
-                sys::cuMemcpyDtoHAsync_v2(
-                    self.ptr.cast(),
-                    src.device_ptr(),
-                    src.size_bytes(),
-                    stream.raw(),
-                )
+                sys::cuMemcpyDtoHAsync_v2(self.ptr.cast(), src.device_ptr(), src.size_bytes(), stream.raw())
             };
             check(res, "async copy device to pinned host")
         })?;

@@ -35,12 +35,7 @@ pub struct MemPool {
 
 impl std::fmt::Debug for MemPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "MemPool({:p} on device {})",
-            self.inner.raw,
-            self.inner.device.ordinal()
-        )
+        write!(f, "MemPool({:p} on device {})", self.inner.raw, self.inner.device.ordinal())
     }
 }
 
@@ -69,17 +64,8 @@ impl MemPool {
         props.location.id = device.ordinal() as i32;
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid props and out-pointer.
-        check(
-            unsafe { sys::cuMemPoolCreate(&mut raw, &props) },
-            "creating a memory pool",
-        )?;
-        Ok(MemPool {
-            inner: Arc::new(PoolInner {
-                device: *device,
-                raw,
-                owned: true,
-            }),
-        })
+        check(unsafe { sys::cuMemPoolCreate(&mut raw, &props) }, "creating a memory pool")?;
+        Ok(MemPool { inner: Arc::new(PoolInner { device: *device, raw, owned: true }) })
     }
 
     /// The device's default pool (the one plain allocations use). Not destroyed on drop.
@@ -91,13 +77,7 @@ impl MemPool {
             unsafe { sys::cuDeviceGetDefaultMemPool(&mut raw, device.cu_device()) },
             "getting the default memory pool",
         )?;
-        Ok(MemPool {
-            inner: Arc::new(PoolInner {
-                device: *device,
-                raw,
-                owned: false,
-            }),
-        })
+        Ok(MemPool { inner: Arc::new(PoolInner { device: *device, raw, owned: false }) })
     }
 
     /// The raw handle, valid while any clone lives.
@@ -110,18 +90,10 @@ impl MemPool {
         &self.inner.device
     }
 
-    fn set_u64(
-        &self,
-        attr: sys::CUmemPool_attribute,
-        mut v: u64,
-        during: &'static str,
-    ) -> Result<()> {
+    fn set_u64(&self, attr: sys::CUmemPool_attribute, mut v: u64, during: &'static str) -> Result<()> {
         self.inner.device.bind()?;
         // SAFETY: these attributes take a cuuint64_t; we pass a pointer to one.
-        check(
-            unsafe { sys::cuMemPoolSetAttribute(self.raw(), attr, (&mut v as *mut u64).cast()) },
-            during,
-        )
+        check(unsafe { sys::cuMemPoolSetAttribute(self.raw(), attr, (&mut v as *mut u64).cast()) }, during)
     }
 
     fn get_u64(&self, attr: sys::CUmemPool_attribute) -> Result<u64> {
@@ -152,10 +124,7 @@ impl MemPool {
     pub fn trim_to(&self, keep_bytes: usize) -> Result<()> {
         self.inner.device.bind()?;
         // SAFETY: live pool.
-        check(
-            unsafe { sys::cuMemPoolTrimTo(self.raw(), keep_bytes) },
-            "trimming a memory pool",
-        )
+        check(unsafe { sys::cuMemPoolTrimTo(self.raw(), keep_bytes) }, "trimming a memory pool")
     }
 
     /// Used and reserved bytes, current and high-water marks.
@@ -172,15 +141,7 @@ impl MemPool {
     /// Resets both high-water marks to the current values.
     pub fn reset_high_water_marks(&self) -> Result<()> {
         use sys::CUmemPool_attribute::*;
-        self.set_u64(
-            CU_MEMPOOL_ATTR_USED_MEM_HIGH,
-            0,
-            "resetting a pool's high-water mark",
-        )?;
-        self.set_u64(
-            CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
-            0,
-            "resetting a pool's high-water mark",
-        )
+        self.set_u64(CU_MEMPOOL_ATTR_USED_MEM_HIGH, 0, "resetting a pool's high-water mark")?;
+        self.set_u64(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 0, "resetting a pool's high-water mark")
     }
 }

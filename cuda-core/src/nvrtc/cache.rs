@@ -46,18 +46,12 @@ pub struct KernelCache {
 impl KernelCache {
     /// A cache keeping entries in `dir` (created on demand) and in memory.
     pub fn with_dir(dir: impl Into<PathBuf>) -> KernelCache {
-        KernelCache {
-            dir: Some(dir.into()),
-            memory: Mutex::new(HashMap::new()),
-        }
+        KernelCache { dir: Some(dir.into()), memory: Mutex::new(HashMap::new()) }
     }
 
     /// A cache that keeps entries in memory only.
     pub fn memory_only() -> KernelCache {
-        KernelCache {
-            dir: None,
-            memory: Mutex::new(HashMap::new()),
-        }
+        KernelCache { dir: None, memory: Mutex::new(HashMap::new()) }
     }
 
     /// The default folder: `$CUDA_ASYNC_CACHE_DIR`, else `$XDG_CACHE_HOME/cuda-async/kernels`, else
@@ -76,10 +70,7 @@ impl KernelCache {
     /// The process-wide cache, in [`KernelCache::default_dir`].
     pub fn global() -> &'static KernelCache {
         static G: OnceLock<KernelCache> = OnceLock::new();
-        G.get_or_init(|| KernelCache {
-            dir: Self::default_dir(),
-            memory: Mutex::new(HashMap::new()),
-        })
+        G.get_or_init(|| KernelCache { dir: Self::default_dir(), memory: Mutex::new(HashMap::new()) })
     }
 
     /// The disk folder, if any.
@@ -94,12 +85,7 @@ impl KernelCache {
     }
 
     /// The disk file that holds (or would hold) this compilation, for inspection and tests.
-    pub fn entry_file(
-        &self,
-        device: &Device,
-        source: &str,
-        options: &[String],
-    ) -> Result<Option<PathBuf>> {
+    pub fn entry_file(&self, device: &Device, source: &str, options: &[String]) -> Result<Option<PathBuf>> {
         Ok(self.entry_path(&key(source, options, &device.sm_arch()?)?))
     }
 
@@ -113,16 +99,8 @@ impl KernelCache {
     ) -> Result<CompiledKernel> {
         let arch = device.sm_arch()?;
         let key = key(source, options, &arch)?;
-        if let Some(img) = self
-            .memory
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-        {
-            return Ok(CompiledKernel {
-                image: img.clone(),
-                origin: CacheOrigin::Memory,
-            });
+        if let Some(img) = self.memory.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(CompiledKernel { image: img.clone(), origin: CacheOrigin::Memory });
         }
         let path = self.entry_path(&key);
         let (image, origin) = match path.as_deref().and_then(read_entry) {
@@ -136,19 +114,13 @@ impl KernelCache {
                 (img, CacheOrigin::Compiled)
             }
         };
-        self.memory
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, image.clone());
+        self.memory.lock().unwrap_or_else(|e| e.into_inner()).insert(key, image.clone());
         Ok(CompiledKernel { image, origin })
     }
 
     /// Drops the in-memory entries (the disk stays), so the next compile consults the disk.
     pub fn clear_memory(&self) {
-        self.memory
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.memory.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }
 
@@ -180,11 +152,7 @@ fn read_entry(path: &Path) -> Option<Vec<u8>> {
 fn write_entry(path: &Path, image: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".tmp-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
+    let tmp = dir.join(format!(".tmp-{}-{:?}", std::process::id(), std::thread::current().id()));
     let mut data = Vec::with_capacity(MAGIC.len() + 32 + image.len());
     data.extend_from_slice(MAGIC);
     data.extend_from_slice(&Sha256::digest(image));

@@ -39,10 +39,7 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
     nvrtc_loaded()?;
     let (mut major, mut minor) = (0, 0);
     // SAFETY: valid out-pointers; the library is loaded.
-    nvrtc_check(
-        unsafe { sys::nvrtcVersion(&mut major, &mut minor) },
-        "reading the NVRTC version",
-    )?;
+    nvrtc_check(unsafe { sys::nvrtcVersion(&mut major, &mut minor) }, "reading the NVRTC version")?;
     Ok((major, minor))
 }
 
@@ -74,17 +71,12 @@ impl Program {
 
 /// Compiles `source` (named `program` in diagnostics) to a CUBIN for `arch` (e.g. `sm_90`) with
 /// extra NVRTC `options`. A compile error is [`Error::Compile`] carrying NVRTC's log.
-pub fn compile_cubin(
-    program: &str,
-    source: &str,
-    arch: &str,
-    options: &[String],
-) -> Result<Vec<u8>> {
+pub fn compile_cubin(program: &str, source: &str, arch: &str, options: &[String]) -> Result<Vec<u8>> {
     nvrtc_loaded()?;
     let bad = |what: &str| Error::InvalidArgument(format!("{what} contains a NUL byte"));
     let src = CString::new(source).map_err(|_| bad("CUDA source"))?;
     let name = CString::new(program).map_err(|_| bad("program name"))?;
-    let mut opts = vec![CString::new(format!("--gpu-arch={arch}")).map_err(|_| bad("arch"))?];
+    let mut opts = vec![CString::new(format!("--gpu-architecture={arch}")).map_err(|_| bad("arch"))?];
     for o in options {
         opts.push(CString::new(o.as_str()).map_err(|_| bad("an NVRTC option"))?);
     }
@@ -109,24 +101,10 @@ pub fn compile_cubin(
     // SAFETY: live program; `opt_ptrs` points to NUL-terminated strings that outlive the call.
     let res = unsafe { sys::nvrtcCompileProgram(prog.0, opt_ptrs.len() as i32, opt_ptrs.as_ptr()) };
     if res == sys::nvrtcResult::NVRTC_ERROR_COMPILATION {
-        let log = prog.read(
-            sys::nvrtcGetProgramLogSize,
-            sys::nvrtcGetProgramLog,
-            "reading the NVRTC log",
-        )?;
-        let log = String::from_utf8_lossy(&log)
-            .trim_end_matches('\0')
-            .trim_end()
-            .to_string();
-        return Err(Error::Compile {
-            program: program.to_string(),
-            log,
-        });
+        let log = prog.read(sys::nvrtcGetProgramLogSize, sys::nvrtcGetProgramLog, "reading the NVRTC log")?;
+        let log = String::from_utf8_lossy(&log).trim_end_matches('\0').trim_end().to_string();
+        return Err(Error::Compile { program: program.to_string(), log });
     }
     nvrtc_check(res, "compiling CUDA C")?;
-    prog.read(
-        sys::nvrtcGetCUBINSize,
-        sys::nvrtcGetCUBIN,
-        "reading the compiled CUBIN",
-    )
+    prog.read(sys::nvrtcGetCUBINSize, sys::nvrtcGetCUBIN, "reading the compiled CUBIN")
 }

@@ -16,12 +16,7 @@ use crate::module::Module;
 
 impl Device {
     /// Compiles `source` for this device through the global [`KernelCache`] and loads it.
-    pub fn compile_module(
-        &self,
-        program: &str,
-        source: &str,
-        options: &[String],
-    ) -> Result<Module> {
+    pub fn compile_module(&self, program: &str, source: &str, options: &[String]) -> Result<Module> {
         let compiled = KernelCache::global().compile(self, program, source, options)?;
         Module::from_cubin(self, &compiled.image)
     }

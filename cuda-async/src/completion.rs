@@ -40,7 +40,7 @@ use core::ffi::c_void;
 use core::fmt;
 use core::task::{Context, Poll, Waker};
 
-use crate::sync_shim::atomic::{AtomicUsize, Ordering};
+use crate::sync_shim::atomic::{AtomicU32, AtomicUsize, Ordering};
 use crate::sync_shim::{Arc, UnsafeCell};
 
 /// Nobody is touching the waker slot and the work is not complete.
@@ -65,6 +65,8 @@ const COMPLETE: usize = 0b10;
 /// Dropping the last `Arc` drops any waker still stored (no leak).
 pub struct Completion {
     state: AtomicUsize,
+    /// A status word set by [`Completion::complete_with`] before completion (0 = success).
+    status: AtomicU32,
     /// Accessed only by the party that owns it under the protocol described in the module docs.
     waker: UnsafeCell<Option<Waker>>,
 }
@@ -88,7 +90,11 @@ impl Completion {
     /// Creates a new, not yet completed `Completion` with no waker registered.
     #[allow(clippy::new_ret_no_self)] // always shared, so it is born in an `Arc`
     pub fn new() -> Arc<Self> {
-        Arc::new(Self { state: AtomicUsize::new(IDLE), waker: UnsafeCell::new(None) })
+        Arc::new(Self {
+            state: AtomicUsize::new(IDLE),
+            status: AtomicU32::new(0),
+            waker: UnsafeCell::new(None),
+        })
     }
 
     /// Marks the work as complete and wakes the registered waker, if any.
@@ -119,6 +125,22 @@ impl Completion {
         if let Some(waker) = waker {
             waker.wake();
         }
+    }
+
+    /// Stores `status` (e.g. a driver error code; 0 means success), then [`complete`](Self::complete)s.
+    /// Meant to be called once; the status is published by the completion's Release, so a waiter
+    /// that observed completion reads it with [`status`](Self::status).
+    pub fn complete_with(&self, status: u32) {
+        if status != 0 {
+            self.status.store(status, Ordering::Relaxed);
+        }
+        self.complete();
+    }
+
+    /// The status given to [`complete_with`](Self::complete_with); meaningful once completion has
+    /// been observed (which orders the store before this load), 0 before.
+    pub fn status(&self) -> u32 {
+        self.status.load(Ordering::Relaxed)
     }
 
     /// Returns `true` once [`complete`](Self::complete) has been called.

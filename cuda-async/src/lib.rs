@@ -1,5 +1,38 @@
-//! `cuda-async`: lazy GPU work as composable values that run only when asked and complete as Rust
-//! futures. (Filled in by the `cuda-async` issue; the completion core is here already.)
+//! `cuda-async`: GPU work as lazy values that compose, run only when asked, and complete as Rust
+//! futures — with no way for safe code to race the GPU or free memory it still uses.
+//!
+//! - [`DeviceOp`]: a lazy description of GPU work; [`Op`] wraps every op so that `.await` works.
+//! - Entry points ([`DeviceOpExt`]): `sync_on(&stream)`, `sync()`, `unsafe async_on(&stream)`,
+//!   `schedule(&policy)`, `on(&stream)` and `.await`.
+//! - Combinators: [`value`], `then`, `map`, `inspect`, `and_then_with_context`, [`zip!`],
+//!   [`join_all`], `shared`, `boxed`, `unzip`, `first`, `last`.
+//! - Scheduling: [`SchedulingPolicy`], [`StreamPoolRoundRobin`] (default), [`SingleStream`], and the
+//!   default device and policy ([`scheduling`]).
+//! - Memory ops ([`memory`]) and buffer arguments ([`args`]); the [`GraphNode`] marker.
+//!
+//! See `docs/guide.md` for the safety argument.
 
+#![warn(missing_docs)]
+
+pub mod args;
+pub mod combinators;
 pub(crate) mod completion;
+mod context;
+mod error;
+mod future;
+mod graph_node;
+mod lock;
+pub mod memory;
+mod op;
+pub mod scheduling;
 mod sync_shim;
+
+pub use args::{BufferMut, BufferRef, IntoBufferOp};
+pub use combinators::{join_all, value};
+pub use context::ExecutionContext;
+pub use error::{DeviceError, Result};
+pub use future::DeviceFuture;
+pub use graph_node::GraphNode;
+pub use lock::is_executing;
+pub use op::{DeviceOp, DeviceOpExt, FirstFn, LastFn, Op};
+pub use scheduling::{SchedulingPolicy, SingleStream, StreamPoolRoundRobin};

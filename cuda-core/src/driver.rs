@@ -40,11 +40,21 @@ pub(crate) fn init() -> Result<()> {
 /// is never returned by the driver in practice (it reports `CUDA_ERROR_NO_DEVICE` from `cuInit`),
 /// but callers should treat it as "no GPU" too.
 pub fn device_count() -> Result<usize> {
-    init()?;
+    init().map_err(no_device)?;
     let mut n = 0;
     // SAFETY: the driver is initialised and `n` is a valid out-pointer.
-    check(unsafe { sys::cuDeviceGetCount(&mut n) }, "counting devices")?;
+    check(unsafe { sys::cuDeviceGetCount(&mut n) }, "counting devices").map_err(no_device)?;
     Ok(n as usize)
+}
+
+/// `CUDA_ERROR_NO_DEVICE` from the driver becomes [`Error::NoDevice`].
+fn no_device(e: Error) -> Error {
+    match e {
+        Error::Driver { name: "CUDA_ERROR_NO_DEVICE", description, .. } => {
+            Error::NoDevice { reason: description.into() }
+        }
+        e => e,
+    }
 }
 
 /// The CUDA version the installed driver supports, as `(major, minor)`, e.g. `(13, 0)` for
@@ -67,9 +77,6 @@ pub fn gpu_available() -> Result<usize> {
     match device_count() {
         Ok(0) => Err(Error::NoDevice { reason: "the driver reports 0 devices".into() }),
         Ok(n) => Ok(n),
-        Err(Error::Driver { name: "CUDA_ERROR_NO_DEVICE", description, .. }) => {
-            Err(Error::NoDevice { reason: description.into() })
-        }
         Err(e) => Err(e),
     }
 }

@@ -32,4 +32,4 @@ pub use event::Event;
 pub use graph::{CaptureMode, CaptureStatus, Graph, GraphExec, InstantiateFlags};
 pub use memory::{DeviceBuffer, DeviceRepr, MemPool, PinnedBuffer, PoolStats};
 pub use module::{Function, FunctionAttribute, KernelArgs, KernelParam, LaunchConfig, Module};
-pub use stream::Stream;
+pub use stream::{Stream, StreamStatus};

@@ -175,4 +175,87 @@ impl Stream {
         }
         Ok(())
     }
+
+    /// Queues `f` to run on a driver thread once all earlier work on this stream has finished
+    /// **or failed**: unlike [`Stream::launch_host_fn`], the callback also runs when the context has
+    /// hit an error, and receives the status, so a waiter can never hang on a dead stream.
+    ///
+    /// # Safety
+    /// As for [`Stream::launch_host_fn`]: `f` must not call CUDA and must return quickly.
+    /// [`StreamStatus::into_result`] calls CUDA, so call it outside the callback.
+    pub unsafe fn add_callback<F: FnOnce(StreamStatus) + Send + 'static>(&self, f: F) -> Result<()> {
+        unsafe extern "C" fn trampoline<F: FnOnce(StreamStatus) + Send + 'static>(
+            _stream: sys::CUstream,
+            status: sys::CUresult,
+            data: *mut c_void,
+        ) {
+            // SAFETY: `data` is the Box<F> leaked below; the driver calls this exactly once for it.
+            let f = unsafe { Box::from_raw(data as *mut F) };
+            let status = StreamStatus(status);
+            // A panic must not unwind into the driver's C frame.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(status)));
+        }
+        self.inner.device.bind()?;
+        let data = Box::into_raw(Box::new(f)) as *mut c_void;
+        // SAFETY: live stream; the trampoline matches CUstreamCallback and owns `data` once it
+        // runs; flags must be 0.
+        let res = unsafe { sys::cuStreamAddCallback(self.raw(), Some(trampoline::<F>), data, 0) };
+        if res != sys::CUresult::CUDA_SUCCESS {
+            // SAFETY: the driver refused the callback, so it will never run: reclaim the box.
+            drop(unsafe { Box::from_raw(data as *mut F) });
+            return Err(Error::driver(res, "queueing a stream callback"));
+        }
+        Ok(())
+    }
 }
+
+/// The status a stream callback receives: success, or the error of earlier work on the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamStatus(sys::CUresult);
+
+impl StreamStatus {
+    /// Whether the earlier work succeeded.
+    pub fn is_ok(self) -> bool {
+        self.0 == sys::CUresult::CUDA_SUCCESS
+    }
+
+    /// The status as a `Result` naming `during`. Calls into the driver for the error's name, so
+    /// never call it from inside the callback itself.
+    pub fn into_result(self, during: &'static str) -> Result<()> {
+        crate::error::check(self.0, during)
+    }
+
+    /// The raw code, e.g. to store in an atomic from inside the callback.
+    pub fn code(self) -> u32 {
+        self.0 as u32
+    }
+
+    /// Rebuilds a status from [`StreamStatus::code`]; unknown codes become `CUDA_ERROR_UNKNOWN`.
+    pub fn from_code(code: u32) -> StreamStatus {
+        if code == 0 {
+            return StreamStatus(sys::CUresult::CUDA_SUCCESS);
+        }
+        // Only codes that came from `code()` are expected; compare against the known values.
+        StreamStatus(
+            KNOWN.iter().copied().find(|r| *r as u32 == code).unwrap_or(sys::CUresult::CUDA_ERROR_UNKNOWN),
+        )
+    }
+}
+
+use sys::CUresult as R;
+/// Error codes a stream callback may plausibly report (asynchronous kernel and copy failures).
+const KNOWN: &[R] = &[
+    R::CUDA_ERROR_ILLEGAL_ADDRESS,
+    R::CUDA_ERROR_LAUNCH_FAILED,
+    R::CUDA_ERROR_LAUNCH_TIMEOUT,
+    R::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+    R::CUDA_ERROR_ILLEGAL_INSTRUCTION,
+    R::CUDA_ERROR_MISALIGNED_ADDRESS,
+    R::CUDA_ERROR_INVALID_PC,
+    R::CUDA_ERROR_HARDWARE_STACK_ERROR,
+    R::CUDA_ERROR_ASSERT,
+    R::CUDA_ERROR_OUT_OF_MEMORY,
+    R::CUDA_ERROR_ECC_UNCORRECTABLE,
+    R::CUDA_ERROR_CONTEXT_IS_DESTROYED,
+    R::CUDA_ERROR_UNKNOWN,
+];

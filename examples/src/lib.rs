@@ -1,1 +1,3 @@
 //! Shared helpers for the examples and benchmark programs.
+
+pub mod bench;

@@ -1,0 +1,95 @@
+//! Joining ops: tuples of ops (`zip!`) and vectors of ops (`join_all`).
+//!
+//! Joined ops are executed in order on the one stream of the context, so they never race each
+//! other; the stream runs them back to back.
+
+use crate::{DeviceOp, ExecutionContext, Op, Result};
+
+macro_rules! tuple_op {
+    ($($n:ident),+) => {
+        /// A tuple of ops is an op yielding the tuple of their outputs, run in order.
+        impl<$($n: DeviceOp),+> DeviceOp for ($($n,)+) {
+            type Output = ($($n::Output,)+);
+            #[allow(non_snake_case)]
+            #[inline]
+            fn execute(self, ctx: &ExecutionContext<'_>) -> Result<Self::Output> {
+                let ($($n,)+) = self;
+                Ok(($($n.execute(ctx)?,)+))
+            }
+        }
+    };
+}
+tuple_op!(A);
+tuple_op!(A, B);
+tuple_op!(A, B, C);
+tuple_op!(A, B, C, D);
+tuple_op!(A, B, C, D, E);
+tuple_op!(A, B, C, D, E, F);
+tuple_op!(A, B, C, D, E, F, G);
+tuple_op!(A, B, C, D, E, F, G, H);
+tuple_op!(A, B, C, D, E, F, G, H, I);
+tuple_op!(A, B, C, D, E, F, G, H, I, J);
+
+/// Joins up to 10 ops into one op yielding the tuple of their outputs:
+/// `zip!(a, b, c).sync()? == (a_out, b_out, c_out)`.
+#[macro_export]
+macro_rules! zip {
+    ($($op:expr),+ $(,)?) => {
+        $crate::Op::new(($($op,)+))
+    };
+}
+
+/// Runs every op of a vector in order. See [`join_all`].
+pub struct JoinAll<O>(Vec<O>);
+
+/// Joins any number of ops of one type into an op yielding the `Vec` of their outputs.
+pub fn join_all<O: DeviceOp>(ops: impl IntoIterator<Item = O>) -> Op<JoinAll<O>> {
+    Op(JoinAll(ops.into_iter().collect()))
+}
+
+impl<O: DeviceOp> DeviceOp for JoinAll<O> {
+    type Output = Vec<O::Output>;
+    fn execute(self, ctx: &ExecutionContext<'_>) -> Result<Vec<O::Output>> {
+        self.0.into_iter().map(|op| op.execute(ctx)).collect()
+    }
+}
+
+/// Access to the first and last element of tuple outputs (for [`crate::DeviceOpExt::first`] and
+/// [`crate::DeviceOpExt::last`]).
+pub trait TupleOutput {
+    /// The first element's type.
+    type First;
+    /// The last element's type.
+    type Last;
+    /// Takes the first element.
+    fn first(self) -> Self::First;
+    /// Takes the last element.
+    fn last(self) -> Self::Last;
+}
+
+macro_rules! tuple_output {
+    ($f:ident $(, $n:ident)* ; $l:ident) => {
+        impl<$f $(, $n)*> TupleOutput for ($f, $($n,)*) {
+            type First = $f;
+            type Last = $l;
+            #[allow(non_snake_case, unused_variables)]
+            fn first(self) -> $f {
+                let ($f, $($n,)*) = self;
+                $f
+            }
+            #[allow(non_snake_case, unused_variables)]
+            fn last(self) -> $l {
+                let ($f, $($n,)*) = self;
+                $l
+            }
+        }
+    };
+}
+tuple_output!(A; A);
+tuple_output!(A, B; B);
+tuple_output!(A, B, C; C);
+tuple_output!(A, B, C, D; D);
+tuple_output!(A, B, C, D, E; E);
+tuple_output!(A, B, C, D, E, F; F);
+tuple_output!(A, B, C, D, E, F, G; G);
+tuple_output!(A, B, C, D, E, F, G, H; H);

@@ -1,0 +1,114 @@
+//! `DeviceFuture`: an op as a Rust future that never blocks the executor thread.
+//!
+//! The first poll takes the execution lock, picks the stream, executes the op (enqueueing its
+//! work), and queues a stream callback behind it. The callback runs on a driver thread when the
+//! op's work (and everything before it on that stream) has finished — or failed — and completes a
+//! lock-free [`Completion`](crate::completion::Completion), which wakes the task. No thread is
+//! spawned per op and no executor thread spins or blocks.
+//!
+//! **Cancellation.** Dropping the future after submission drops the output. That is sound: the
+//! buffers in it are freed stream-ordered after the queued work (see `cuda-core`'s `DeviceBuffer`),
+//! and pinned host buffers wait for their transfer before release. The callback holds its own
+//! reference to the completion, so it completes an orphaned completion harmlessly.
+
+use crate::completion::Completion;
+use crate::error::{DeviceError, Result};
+use crate::op::{execute_locked, DeviceOp};
+use crate::scheduling::{self, SchedulingPolicy};
+use cuda_core::{Stream, StreamStatus};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+enum Target {
+    Default,
+    Policy(Arc<dyn SchedulingPolicy>),
+    Stream(Stream),
+}
+
+enum State<O: DeviceOp> {
+    NotSubmitted(O, Target),
+    Submitted(O::Output, Arc<Completion>),
+    Finished,
+}
+
+/// A future that runs an op and resolves to its output once the op's GPU work has completed.
+/// Built by `.await` on an [`Op`](crate::Op), [`DeviceOpExt::on`](crate::DeviceOpExt::on) and
+/// [`DeviceOpExt::schedule`](crate::DeviceOpExt::schedule). Nothing happens until it is polled.
+#[must_use = "futures do nothing unless polled"]
+pub struct DeviceFuture<O: DeviceOp> {
+    state: State<O>,
+}
+
+// The op is moved out on first poll and never pinned in place (no structural pinning), so the
+// future may be moved freely.
+impl<O: DeviceOp> Unpin for DeviceFuture<O> {}
+
+impl<O: DeviceOp> DeviceFuture<O> {
+    pub(crate) fn with_default_policy(op: O) -> Self {
+        DeviceFuture { state: State::NotSubmitted(op, Target::Default) }
+    }
+    pub(crate) fn with_policy(op: O, policy: Arc<dyn SchedulingPolicy>) -> Self {
+        DeviceFuture { state: State::NotSubmitted(op, Target::Policy(policy)) }
+    }
+    pub(crate) fn on_stream(op: O, stream: Stream) -> Self {
+        DeviceFuture { state: State::NotSubmitted(op, Target::Stream(stream)) }
+    }
+
+    /// Whether the op has been submitted to the GPU (the first poll happened).
+    pub fn is_submitted(&self) -> bool {
+        !matches!(self.state, State::NotSubmitted(..))
+    }
+
+    fn submit(op: O, target: Target) -> Result<(O::Output, Arc<Completion>)> {
+        let stream = match target {
+            Target::Default => scheduling::default_policy()?.next_stream()?,
+            Target::Policy(p) => p.next_stream()?,
+            Target::Stream(s) => s,
+        };
+        let output =
+            execute_locked(op, &stream, "an op future was first polled inside another op's execution")?;
+        let completion = Completion::new();
+        let signal = completion.clone();
+        // SAFETY: the callback only stores a status code and wakes the task: no CUDA calls, and
+        // waking only schedules the task on its executor.
+        unsafe { stream.add_callback(move |status| signal.complete_with(status.code()))? };
+        Ok((output, completion))
+    }
+}
+
+impl<O: DeviceOp> Future for DeviceFuture<O> {
+    type Output = Result<O::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let State::NotSubmitted(..) = this.state {
+            let State::NotSubmitted(op, target) = std::mem::replace(&mut this.state, State::Finished) else {
+                return Poll::Pending;
+            };
+            match Self::submit(op, target) {
+                Ok((out, c)) => this.state = State::Submitted(out, c),
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        let State::Submitted(_, completion) = &this.state else {
+            return Poll::Ready(Err(DeviceError::Scheduling("DeviceFuture polled after completion".into())));
+        };
+        if completion.poll_complete(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let State::Submitted(out, completion) = std::mem::replace(&mut this.state, State::Finished) else {
+            return Poll::Pending;
+        };
+        match completion.status() {
+            0 => Poll::Ready(Ok(out)),
+            code => Poll::Ready(Err(DeviceError::Async(
+                StreamStatus::from_code(code)
+                    .into_result("running an awaited op's GPU work")
+                    .err()
+                    .unwrap_or(cuda_core::Error::InvalidArgument("unknown asynchronous failure".into())),
+            ))),
+        }
+    }
+}

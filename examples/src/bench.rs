@@ -1,0 +1,686 @@
+//! Small shared toolkit for the benchmark programs: command-line options, statistics, timing
+//! loops, a pseudo-random generator, a UTC timestamp, and a report that prints as a table and
+//! writes as JSON (by hand, no serde).
+//!
+//! Everything returns `Result<_, String>`: benchmarks print the message and exit with code 1.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+// ---------------------------------------------------------------------------------------------
+// Command-line options
+// ---------------------------------------------------------------------------------------------
+
+/// One `--name VALUE` option a program accepts.
+#[derive(Debug, Clone, Copy)]
+pub struct OptSpec {
+    /// The option, with its dashes, e.g. `--json`.
+    pub name: &'static str,
+    /// Placeholder for the value in the usage text, e.g. `PATH`.
+    pub value: &'static str,
+    /// One line of help, including the default if any.
+    pub help: &'static str,
+}
+
+/// The `--json PATH` option every benchmark accepts.
+pub const JSON_OPT: OptSpec =
+    OptSpec { name: "--json", value: "PATH", help: "also write the results as JSON to PATH" };
+
+/// Parsed options: every option takes a value (`--name VALUE` or `--name=VALUE`); `-h`/`--help`
+/// asks for the usage text.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    values: BTreeMap<&'static str, String>,
+    help: bool,
+}
+
+impl Options {
+    /// Parses the process's arguments (without the program name).
+    pub fn from_env(spec: &[OptSpec]) -> Result<Options, String> {
+        Self::parse(std::env::args().skip(1), spec)
+    }
+
+    /// Parses `args` against `spec`. Unknown options, missing values and repeated options are
+    /// errors.
+    pub fn parse(args: impl IntoIterator<Item = String>, spec: &[OptSpec]) -> Result<Options, String> {
+        let mut out = Options::default();
+        let mut it = args.into_iter();
+        while let Some(arg) = it.next() {
+            if arg == "-h" || arg == "--help" {
+                out.help = true;
+                continue;
+            }
+            let (name, inline) = match arg.split_once('=') {
+                Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+                _ => (arg.clone(), None),
+            };
+            let Some(s) = spec.iter().find(|s| s.name == name) else {
+                return Err(format!("unknown argument `{arg}` (try --help)"));
+            };
+            let value = match inline {
+                Some(v) => v,
+                None => it.next().ok_or_else(|| format!("{} needs a value ({})", s.name, s.value))?,
+            };
+            if out.values.insert(s.name, value).is_some() {
+                return Err(format!("{} given more than once", s.name));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether `-h` or `--help` was given.
+    pub fn help_requested(&self) -> bool {
+        self.help
+    }
+
+    /// The raw value of option `name`, if given.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values.get(name).map(String::as_str)
+    }
+
+    /// The value of option `name` parsed as `T`, or `default` if not given.
+    pub fn get_or<T: FromStr>(&self, name: &str, default: T) -> Result<T, String>
+    where
+        T::Err: std::fmt::Display,
+    {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => v.parse().map_err(|e| format!("bad value `{v}` for {name}: {e}")),
+        }
+    }
+
+    /// Like [`Options::get_or`] for a count that must be at least `min`.
+    pub fn count_or(&self, name: &str, default: usize, min: usize) -> Result<usize, String> {
+        let v = self.get_or(name, default)?;
+        if v < min {
+            return Err(format!("{name} must be at least {min}, got {v}"));
+        }
+        Ok(v)
+    }
+}
+
+/// The usage text for `program` with `spec`.
+pub fn usage(program: &str, about: &str, spec: &[OptSpec]) -> String {
+    let mut s = format!("{about}\n\nUsage: {program} [OPTIONS]\n\nOptions:\n");
+    let width = spec.iter().map(|o| o.name.len() + o.value.len() + 1).max().unwrap_or(0);
+    for o in spec {
+        let left = format!("{} {}", o.name, o.value);
+        let _ = writeln!(s, "  {left:<width$}  {}", o.help);
+    }
+    let _ = writeln!(s, "  {:<width$}  print this help", "-h, --help");
+    s
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics and timing
+// ---------------------------------------------------------------------------------------------
+
+/// The median of `xs` (mean of the two middle values for an even count); NaN if empty.
+pub fn median(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// The smallest of `xs`; NaN if empty.
+pub fn min(xs: &[f64]) -> f64 {
+    xs.iter().copied().reduce(f64::min).unwrap_or(f64::NAN)
+}
+
+/// The largest of `xs`; NaN if empty.
+pub fn max(xs: &[f64]) -> f64 {
+    xs.iter().copied().reduce(f64::max).unwrap_or(f64::NAN)
+}
+
+/// Runs `body(state)` `iters` times then `finish(state)` once, and returns the wall-clock
+/// microseconds per iteration (the `finish` time included, e.g. a final synchronize). `iters` of 0
+/// counts as 1 in the division.
+pub fn us_per_iter<S: ?Sized, E>(
+    state: &mut S,
+    iters: usize,
+    mut body: impl FnMut(&mut S) -> Result<(), E>,
+    finish: impl FnOnce(&mut S) -> Result<(), E>,
+) -> Result<f64, E> {
+    let t = Instant::now();
+    for _ in 0..iters {
+        body(state)?;
+    }
+    finish(state)?;
+    Ok(t.elapsed().as_secs_f64() * 1e6 / iters.max(1) as f64)
+}
+
+/// Runs `f` once and returns its result with the elapsed wall-clock milliseconds.
+pub fn time_ms<T, E>(f: impl FnOnce() -> Result<T, E>) -> Result<(T, f64), E> {
+    let t = Instant::now();
+    let v = f()?;
+    Ok((v, t.elapsed().as_secs_f64() * 1e3))
+}
+
+/// Runs `a` and `b` `repeats` times each, alternating which goes first (`a` first on even
+/// repeats, `b` first on odd ones) so that neither side always benefits from the other's warm-up
+/// or suffers from its leftovers. Returns the samples of `a` and of `b`.
+pub fn alternating<E>(
+    repeats: usize,
+    mut a: impl FnMut() -> Result<f64, E>,
+    mut b: impl FnMut() -> Result<f64, E>,
+) -> Result<(Vec<f64>, Vec<f64>), E> {
+    let (mut sa, mut sb) = (Vec::with_capacity(repeats), Vec::with_capacity(repeats));
+    for r in 0..repeats {
+        if r % 2 == 0 {
+            sa.push(a()?);
+            sb.push(b()?);
+        } else {
+            sb.push(b()?);
+            sa.push(a()?);
+        }
+    }
+    Ok((sa, sb))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Randomness and time stamps
+// ---------------------------------------------------------------------------------------------
+
+/// SplitMix64: a tiny, good-enough generator for benchmark data and unique salts.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator with a fixed seed.
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    /// A generator seeded from the clock and the process id (different on every run).
+    pub fn from_time() -> Self {
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        SplitMix64(nanos ^ (u64::from(std::process::id()) << 32) ^ 0x9e37_79b9_7f4a_7c15)
+    }
+
+    /// The current state, to print as the seed that reproduces the following numbers.
+    pub fn state(&self) -> u64 {
+        self.0
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A uniform `f32` in `[lo, hi)`.
+    pub fn f32_in(&mut self, lo: f32, hi: f32) -> f32 {
+        let unit = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        lo + (hi - lo) * unit
+    }
+}
+
+/// The current UTC time as `YYYY-MM-DDTHH:MM:SSZ`, computed from the system clock.
+pub fn utc_now() -> String {
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    utc_from_unix(secs)
+}
+
+/// Formats seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ` (proleptic Gregorian, UTC).
+pub fn utc_from_unix(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3_600, (rem % 3_600) / 60, rem % 60)
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON (hand-written)
+// ---------------------------------------------------------------------------------------------
+
+/// A JSON value. Non-finite numbers are written as `null`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Json {
+    /// `null`
+    Null,
+    /// `true` / `false`
+    Bool(bool),
+    /// A number.
+    Num(f64),
+    /// A string.
+    Str(String),
+    /// An array.
+    Arr(Vec<Json>),
+    /// An object; keys keep their order.
+    Obj(Vec<(String, Json)>),
+}
+
+impl From<bool> for Json {
+    fn from(v: bool) -> Self {
+        Json::Bool(v)
+    }
+}
+impl From<f64> for Json {
+    fn from(v: f64) -> Self {
+        Json::Num(v)
+    }
+}
+impl From<u64> for Json {
+    fn from(v: u64) -> Self {
+        Json::Num(v as f64)
+    }
+}
+impl From<usize> for Json {
+    fn from(v: usize) -> Self {
+        Json::Num(v as f64)
+    }
+}
+impl From<&str> for Json {
+    fn from(v: &str) -> Self {
+        Json::Str(v.to_string())
+    }
+}
+impl From<String> for Json {
+    fn from(v: String) -> Self {
+        Json::Str(v)
+    }
+}
+impl<T: Into<Json>> From<Option<T>> for Json {
+    fn from(v: Option<T>) -> Self {
+        v.map_or(Json::Null, Into::into)
+    }
+}
+impl From<&[f64]> for Json {
+    fn from(v: &[f64]) -> Self {
+        Json::Arr(v.iter().map(|&x| Json::Num(x)).collect())
+    }
+}
+
+impl Json {
+    /// The value as compact-ish JSON text, indented by `indent` levels of two spaces.
+    pub fn write(&self, out: &mut String, indent: usize) {
+        match self {
+            Json::Null => out.push_str("null"),
+            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Json::Num(x) if x.is_finite() => {
+                // Rust's shortest round-trip formatting never uses exponents for f64 Display,
+                // which is valid JSON (integers print without a fraction).
+                let _ = write!(out, "{x}");
+            }
+            Json::Num(_) => out.push_str("null"),
+            Json::Str(s) => write_json_str(out, s),
+            Json::Arr(items) => {
+                // Arrays of scalars stay on one line; others get one item a line.
+                let flat = items.iter().all(|i| !matches!(i, Json::Arr(_) | Json::Obj(_)));
+                out.push('[');
+                for (k, item) in items.iter().enumerate() {
+                    if k > 0 {
+                        out.push(',');
+                        if flat {
+                            out.push(' ');
+                        }
+                    }
+                    if !flat {
+                        newline(out, indent + 1);
+                    }
+                    item.write(out, indent + 1);
+                }
+                if !flat && !items.is_empty() {
+                    newline(out, indent);
+                }
+                out.push(']');
+            }
+            Json::Obj(fields) => {
+                out.push('{');
+                for (k, (key, val)) in fields.iter().enumerate() {
+                    if k > 0 {
+                        out.push(',');
+                    }
+                    newline(out, indent + 1);
+                    write_json_str(out, key);
+                    out.push_str(": ");
+                    val.write(out, indent + 1);
+                }
+                if !fields.is_empty() {
+                    newline(out, indent);
+                }
+                out.push('}');
+            }
+        }
+    }
+
+    /// The value as JSON text with a trailing newline.
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        self.write(&mut s, 0);
+        s.push('\n');
+        s
+    }
+}
+
+fn newline(out: &mut String, indent: usize) {
+    out.push('\n');
+    for _ in 0..indent {
+        out.push_str("  ");
+    }
+}
+
+fn write_json_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+// ---------------------------------------------------------------------------------------------
+
+/// One measured quantity: the framework's value and, where there is one, the raw baseline's,
+/// in the same `unit` (lower is better).
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// What was measured, e.g. `launch throughput`.
+    pub name: String,
+    /// Unit of `raw` and `framework`, e.g. `us/launch`.
+    pub unit: String,
+    /// The baseline (median), if there is one.
+    pub raw: Option<f64>,
+    /// The framework (median).
+    pub framework: f64,
+    /// The goal: the largest acceptable `framework / raw` ratio, if any.
+    pub max_ratio: Option<f64>,
+    /// Every baseline sample (empty if none).
+    pub raw_samples: Vec<f64>,
+    /// Every framework sample.
+    pub framework_samples: Vec<f64>,
+    /// Free-form remark (may be empty).
+    pub note: String,
+}
+
+impl Row {
+    /// A row comparing raw and framework samples by their medians, with goal `max_ratio`.
+    pub fn compare(
+        name: &str,
+        unit: &str,
+        raw_samples: Vec<f64>,
+        framework_samples: Vec<f64>,
+        max_ratio: Option<f64>,
+    ) -> Row {
+        Row {
+            name: name.to_string(),
+            unit: unit.to_string(),
+            raw: Some(median(&raw_samples)),
+            framework: median(&framework_samples),
+            max_ratio,
+            raw_samples,
+            framework_samples,
+            note: String::new(),
+        }
+    }
+
+    /// A framework-only row (no baseline, no goal), valued by the median of `samples`.
+    pub fn single(name: &str, unit: &str, samples: Vec<f64>) -> Row {
+        Row {
+            name: name.to_string(),
+            unit: unit.to_string(),
+            raw: None,
+            framework: median(&samples),
+            max_ratio: None,
+            raw_samples: Vec::new(),
+            framework_samples: samples,
+            note: String::new(),
+        }
+    }
+
+    /// Sets the note.
+    pub fn with_note(mut self, note: impl Into<String>) -> Row {
+        self.note = note.into();
+        self
+    }
+
+    /// `framework / raw`, if there is a baseline.
+    pub fn ratio(&self) -> Option<f64> {
+        self.raw.map(|r| self.framework / r)
+    }
+
+    /// Whether the goal is met; `None` when the row has no goal or no ratio.
+    pub fn met(&self) -> Option<bool> {
+        match (self.ratio(), self.max_ratio) {
+            (Some(r), Some(g)) => Some(r.is_finite() && r <= g),
+            _ => None,
+        }
+    }
+
+    /// The row as a JSON object.
+    pub fn to_json(&self) -> Json {
+        Json::Obj(vec![
+            ("name".into(), self.name.as_str().into()),
+            ("unit".into(), self.unit.as_str().into()),
+            ("raw".into(), self.raw.into()),
+            ("framework".into(), self.framework.into()),
+            ("ratio".into(), self.ratio().into()),
+            ("goal_max_ratio".into(), self.max_ratio.into()),
+            ("met".into(), self.met().into()),
+            ("raw_samples".into(), self.raw_samples.as_slice().into()),
+            ("framework_samples".into(), self.framework_samples.as_slice().into()),
+            ("note".into(), self.note.as_str().into()),
+        ])
+    }
+}
+
+/// A benchmark's results: metadata (GPU, driver, date, parameters...) and rows.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// The benchmark's name, e.g. `bench-core`.
+    pub benchmark: String,
+    /// Ordered key/value metadata.
+    pub meta: Vec<(String, Json)>,
+    /// The measurements.
+    pub rows: Vec<Row>,
+}
+
+/// Formats a value with about four significant digits, no exponent.
+pub fn fmt_value(v: f64) -> String {
+    if !v.is_finite() {
+        return format!("{v}");
+    }
+    let a = v.abs();
+    if a >= 1000.0 {
+        format!("{v:.0}")
+    } else if a >= 100.0 {
+        format!("{v:.1}")
+    } else if a >= 10.0 {
+        format!("{v:.2}")
+    } else if a >= 1.0 {
+        format!("{v:.3}")
+    } else if a >= 0.01 {
+        format!("{v:.4}")
+    } else {
+        format!("{v:.6}")
+    }
+}
+
+impl Report {
+    /// An empty report for `benchmark`.
+    pub fn new(benchmark: &str) -> Report {
+        Report { benchmark: benchmark.to_string(), ..Report::default() }
+    }
+
+    /// Adds a metadata entry.
+    pub fn meta(&mut self, key: &str, value: impl Into<Json>) {
+        self.meta.push((key.to_string(), value.into()));
+    }
+
+    /// Whether every row that has a goal meets it.
+    pub fn all_met(&self) -> bool {
+        self.rows.iter().all(|r| r.met() != Some(false))
+    }
+
+    /// The metadata and rows as a plain-text table.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let kw = self.meta.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        for (k, v) in &self.meta {
+            let shown = match v {
+                Json::Str(t) => t.clone(),
+                other => other.to_text().trim_end().to_string(),
+            };
+            let _ = writeln!(s, "{k:<kw$}  {shown}");
+        }
+        let header = ["measurement", "unit", "raw", "framework", "ratio", "goal", "met"];
+        let cells: Vec<[String; 7]> = self
+            .rows
+            .iter()
+            .map(|r| {
+                [
+                    r.name.clone(),
+                    r.unit.clone(),
+                    r.raw.map_or("-".into(), fmt_value),
+                    fmt_value(r.framework),
+                    r.ratio().map_or("-".into(), |x| format!("{x:.3}")),
+                    r.max_ratio.map_or("-".into(), |g| format!("<= {g}")),
+                    match r.met() {
+                        Some(true) => "yes".into(),
+                        Some(false) => "NO".into(),
+                        None => "-".into(),
+                    },
+                ]
+            })
+            .collect();
+        let mut w = header.map(str::len);
+        for c in &cells {
+            for (i, x) in c.iter().enumerate() {
+                w[i] = w[i].max(x.chars().count());
+            }
+        }
+        let line = |s: &mut String, c: &[String]| {
+            let _ = write!(s, "{:<w0$}  {:<w1$}", c[0], c[1], w0 = w[0], w1 = w[1]);
+            for (i, x) in c.iter().enumerate().skip(2) {
+                let _ = write!(s, "  {x:>wi$}", wi = w[i]);
+            }
+            s.push('\n');
+        };
+        s.push('\n');
+        line(&mut s, &header.map(String::from));
+        let total: usize = w.iter().sum::<usize>() + 2 * (w.len() - 1);
+        s.push_str(&"-".repeat(total));
+        s.push('\n');
+        for c in &cells {
+            line(&mut s, c);
+        }
+        for r in self.rows.iter().filter(|r| !r.note.is_empty()) {
+            let _ = writeln!(s, "  note ({}): {}", r.name, r.note);
+        }
+        s
+    }
+
+    /// The whole report as a JSON value.
+    pub fn to_json(&self) -> Json {
+        Json::Obj(vec![
+            ("benchmark".into(), self.benchmark.as_str().into()),
+            ("meta".into(), Json::Obj(self.meta.clone())),
+            ("rows".into(), Json::Arr(self.rows.iter().map(Row::to_json).collect())),
+            ("all_met".into(), self.all_met().into()),
+        ])
+    }
+
+    /// Writes the JSON text to `path` (creating its parent folder if needed).
+    pub fn write_json(&self, path: &Path) -> Result<(), String> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        }
+        std::fs::write(path, self.to_json().to_text()).map_err(|e| format!("writing {}: {e}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_odd_even_empty() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
+
+    #[test]
+    fn options_parse() {
+        let spec = [JSON_OPT, OptSpec { name: "--n", value: "N", help: "" }];
+        let args = ["--json", "a.json", "--n=5"].map(String::from);
+        let o = Options::parse(args, &spec).unwrap();
+        assert_eq!(o.get("--json"), Some("a.json"));
+        assert_eq!(o.get_or("--n", 1usize).unwrap(), 5);
+        assert_eq!(o.get_or("--missing", 7usize).unwrap(), 7);
+        assert!(Options::parse(["--bogus".to_string()], &spec).is_err());
+        assert!(Options::parse(["--n".to_string()], &spec).is_err());
+        assert!(Options::parse(["--n", "1", "--n", "2"].map(String::from), &spec).is_err());
+        assert!(o.count_or("--n", 1, 6).is_err());
+    }
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc_from_unix(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_from_unix(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_from_unix(1_767_225_599), "2025-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn json_text() {
+        let j = Json::Obj(vec![
+            ("s".into(), "a\"b\\\n\u{1}".into()),
+            ("n".into(), Json::Num(1.5)),
+            ("i".into(), Json::Num(3.0)),
+            ("nan".into(), Json::Num(f64::NAN)),
+            ("a".into(), Json::from(&[1.0, 2.0][..])),
+            ("e".into(), Json::Arr(vec![])),
+        ]);
+        assert_eq!(
+            j.to_text(),
+            "{\n  \"s\": \"a\\\"b\\\\\\n\\u0001\",\n  \"n\": 1.5,\n  \"i\": 3,\n  \"nan\": null,\n  \"a\": [1, 2],\n  \"e\": []\n}\n"
+        );
+    }
+
+    #[test]
+    fn rows_and_goals() {
+        let r = Row::compare("x", "us", vec![1.0, 1.0, 1.0], vec![1.01, 1.01, 1.01], Some(1.02));
+        assert_eq!(r.met(), Some(true));
+        let r = Row::compare("x", "us", vec![1.0], vec![1.1], Some(1.02));
+        assert_eq!(r.met(), Some(false));
+        let mut rep = Report::new("t");
+        rep.rows.push(r);
+        rep.rows.push(Row::single("y", "ms", vec![2.0]));
+        assert!(!rep.all_met());
+        assert!(rep.table().contains("NO"));
+    }
+}

@@ -1,7 +1,9 @@
 //! `DeviceFuture`: an op as a Rust future that never blocks the executor thread.
 //!
 //! The first poll takes the execution lock, picks the stream, executes the op (enqueueing its
-//! work), and queues a stream callback behind it. The callback runs on a driver thread when the
+//! work), and then, for at most the spin budget (default 5 µs, [`scheduling::set_await_spin`]),
+//! queries an event behind the work: tiny ops finish within it and resolve on the first poll with
+//! no cross-thread wake-up. Otherwise it queues a stream callback behind the work. The callback runs on a driver thread when the
 //! op's work (and everything before it on that stream) has finished — or failed — and completes a
 //! lock-free [`Completion`](crate::completion::Completion), which wakes the task. No thread is
 //! spawned per op and no executor thread spins or blocks.
@@ -15,11 +17,12 @@ use crate::completion::Completion;
 use crate::error::{DeviceError, Result};
 use crate::op::{execute_locked, DeviceOp};
 use crate::scheduling::{self, SchedulingPolicy};
-use cuda_core::{Stream, StreamStatus};
+use cuda_core::{Event, Stream, StreamStatus};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 enum Target {
     Default,
@@ -30,6 +33,8 @@ enum Target {
 enum State<O: DeviceOp> {
     NotSubmitted(O, Target),
     Submitted(O::Output, Arc<Completion>),
+    /// Completed within the spin budget of the first poll (transient, never stored).
+    Ready(O::Output),
     Finished,
 }
 
@@ -61,7 +66,9 @@ impl<O: DeviceOp> DeviceFuture<O> {
         !matches!(self.state, State::NotSubmitted(..))
     }
 
-    fn submit(op: O, target: Target) -> Result<(O::Output, Arc<Completion>)> {
+    /// Executes the op; then waits on the executor thread for at most the spin budget (see
+    /// [`scheduling::set_await_spin`]) and otherwise queues the completion callback.
+    fn submit(op: O, target: Target) -> Result<State<O>> {
         let stream = match target {
             Target::Default => scheduling::default_policy()?.next_stream()?,
             Target::Policy(p) => p.next_stream()?,
@@ -69,12 +76,27 @@ impl<O: DeviceOp> DeviceFuture<O> {
         };
         let output =
             execute_locked(op, &stream, "an op future was first polled inside another op's execution")?;
+        let budget = scheduling::await_spin();
+        if !budget.is_zero() {
+            let ev = Event::pooled(stream.device())?;
+            ev.record(&stream)?;
+            let start = Instant::now();
+            loop {
+                if ev.query().map_err(DeviceError::Async)? {
+                    return Ok(State::Ready(output));
+                }
+                if start.elapsed() >= budget {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
         let completion = Completion::new();
         let signal = completion.clone();
         // SAFETY: the callback only stores a status code and wakes the task: no CUDA calls, and
         // waking only schedules the task on its executor.
         unsafe { stream.add_callback(move |status| signal.complete_with(status.code()))? };
-        Ok((output, completion))
+        Ok(State::Submitted(output, completion))
     }
 }
 
@@ -88,7 +110,8 @@ impl<O: DeviceOp> Future for DeviceFuture<O> {
                 return Poll::Pending;
             };
             match Self::submit(op, target) {
-                Ok((out, c)) => this.state = State::Submitted(out, c),
+                Ok(State::Ready(out)) => return Poll::Ready(Ok(out)),
+                Ok(st) => this.state = st,
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }

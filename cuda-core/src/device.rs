@@ -8,7 +8,7 @@
 use crate::driver;
 use crate::error::{check, Error, Result};
 use cudarc::driver::sys;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// A device attribute, as the driver names it (`CU_DEVICE_ATTRIBUTE_*`).
 pub use sys::CUdevice_attribute as DeviceAttribute;
@@ -18,6 +18,8 @@ pub(crate) struct DeviceInner {
     cu_device: sys::CUdevice,
     ctx: sys::CUcontext,
     name: String,
+    /// Untimed events ready for reuse (see `Event::pooled`).
+    pub(crate) event_pool: Mutex<Vec<sys::CUevent>>,
 }
 
 // SAFETY: CUdevice is an integer and CUcontext an opaque handle that the driver allows any thread
@@ -80,6 +82,10 @@ impl Device {
     /// The raw `CUdevice`.
     pub fn cu_device(&self) -> sys::CUdevice {
         self.inner.cu_device
+    }
+
+    pub(crate) fn inner(&self) -> &'static DeviceInner {
+        self.inner
     }
 
     /// The raw primary context.
@@ -176,5 +182,5 @@ fn open(ordinal: usize) -> Result<&'static DeviceInner> {
     // SAFETY: valid device handle and out-pointer. The retain is never released: the primary
     // context lives for the process, so every handle derived from it stays valid.
     check(unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, cu_device) }, "retaining the primary context")?;
-    Ok(Box::leak(Box::new(DeviceInner { ordinal, cu_device, ctx, name })))
+    Ok(Box::leak(Box::new(DeviceInner { ordinal, cu_device, ctx, name, event_pool: Mutex::new(Vec::new()) })))
 }

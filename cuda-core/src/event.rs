@@ -24,6 +24,36 @@ impl std::fmt::Debug for Event {
     }
 }
 
+/// How many idle events a device's pool keeps; more are destroyed when returned.
+const POOL_CAP: usize = 256;
+
+/// An untimed [`Event`] taken from its device's pool, returned to the pool on drop instead of
+/// being destroyed. Reuse is safe: a stream wait or query binds to the record that preceded it,
+/// so a later re-record by the next user changes nothing for earlier waiters.
+pub struct PooledEvent {
+    event: std::mem::ManuallyDrop<Event>,
+}
+
+impl std::ops::Deref for PooledEvent {
+    type Target = Event;
+    fn deref(&self) -> &Event {
+        &self.event
+    }
+}
+
+impl Drop for PooledEvent {
+    fn drop(&mut self) {
+        let mut pool = self.event.device.inner().event_pool.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < POOL_CAP {
+            pool.push(self.event.raw);
+        } else {
+            drop(pool);
+            // SAFETY: taken exactly once, here, and `self.event` is not used afterwards.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.event) };
+        }
+    }
+}
+
 impl Drop for Event {
     fn drop(&mut self) {
         if self.device.bind().is_ok() {
@@ -47,6 +77,17 @@ impl Event {
         // SAFETY: valid out-pointer; context bound.
         check(unsafe { sys::cuEventCreate(&mut raw, flags) }, "creating an event")?;
         Ok(Event { device: *device, raw, timing })
+    }
+
+    /// An untimed event from `device`'s pool (created if the pool is empty). Cheaper than
+    /// [`Event::new`] when events are needed per operation.
+    pub fn pooled(device: &Device) -> Result<PooledEvent> {
+        let reused = device.inner().event_pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let event = match reused {
+            Some(raw) => Event { device: *device, raw, timing: false },
+            None => Event::new(device, false)?,
+        };
+        Ok(PooledEvent { event: std::mem::ManuallyDrop::new(event) })
     }
 
     /// The raw handle, valid while `self` lives.

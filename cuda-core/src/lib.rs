@@ -28,7 +28,7 @@ pub mod stream;
 pub use device::{Device, DeviceAttribute};
 pub use driver::{device_count, driver_version, gpu_available, MIN_DRIVER_CUDA_VERSION};
 pub use error::{Error, Result};
-pub use event::Event;
+pub use event::{Event, PooledEvent};
 pub use graph::{CaptureMode, CaptureStatus, Graph, GraphExec, InstantiateFlags};
 pub use memory::{DeviceBuffer, DeviceRepr, MemPool, PinnedBuffer, PoolStats};
 pub use module::{Function, FunctionAttribute, KernelArgs, KernelParam, LaunchConfig, Module};

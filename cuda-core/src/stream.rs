@@ -146,7 +146,7 @@ impl Stream {
         if self == other {
             return Ok(());
         }
-        let ev = Event::new(other.device(), false)?;
+        let ev = Event::pooled(other.device())?;
         ev.record(other)?;
         self.wait_event(&ev)
     }

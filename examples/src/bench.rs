@@ -188,6 +188,58 @@ pub fn alternating<E>(
     Ok((sa, sb))
 }
 
+/// Runs each of `fs` `repeats` times, rotating which goes first: on repeat `r` the order is
+/// `fs[r % n], fs[(r + 1) % n], ...`, so that no side always benefits from another's warm-up or
+/// suffers from its leftovers. Returns the samples of each function, in the order of `fs`. With two
+/// functions the order is that of [`alternating`].
+pub fn rotating<E>(
+    repeats: usize,
+    fs: &mut [&mut dyn FnMut() -> Result<f64, E>],
+) -> Result<Vec<Vec<f64>>, E> {
+    let n = fs.len();
+    let mut out = vec![Vec::with_capacity(repeats); n];
+    for r in 0..repeats {
+        for k in 0..n {
+            let i = (r + k) % n;
+            out[i].push(fs[i]()?);
+        }
+    }
+    Ok(out)
+}
+
+/// User plus system CPU time of the whole process so far (all threads, driver threads included),
+/// in seconds, from `getrusage(RUSAGE_SELF)` (microsecond resolution).
+pub fn process_cpu_seconds() -> Result<f64, String> {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `ru` is a valid, writable `rusage`; getrusage fills it in or fails without writing.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
+    if r != 0 {
+        return Err(format!("getrusage(RUSAGE_SELF) failed: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: zero-initialised plain C struct, filled in by the successful call above.
+    let ru = unsafe { ru.assume_init() };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    Ok(secs(ru.ru_utime) + secs(ru.ru_stime))
+}
+
+/// The NVIDIA kernel module's version (e.g. `580.65.06`), from `/proc/driver/nvidia/version`;
+/// `None` where that file is missing or unreadable.
+pub fn nvidia_kernel_module_version() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+    parse_nvidia_module_version(text.lines().next()?)
+}
+
+/// The first token of the form `digits.digits[.digits...]` in the first line of
+/// `/proc/driver/nvidia/version`, whose wording varies ("NVIDIA UNIX x86_64 Kernel Module  580.65.06
+/// ..." or "NVIDIA UNIX Open Kernel Module for x86_64  580.65.06 ...").
+pub fn parse_nvidia_module_version(line: &str) -> Option<String> {
+    line.split_whitespace()
+        .find(|t| {
+            t.contains('.') && t.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(str::to_string)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Randomness and time stamps
 // ---------------------------------------------------------------------------------------------
@@ -646,6 +698,50 @@ mod tests {
         assert!(Options::parse(["--n".to_string()], &spec).is_err());
         assert!(Options::parse(["--n", "1", "--n", "2"].map(String::from), &spec).is_err());
         assert!(o.count_or("--n", 1, 6).is_err());
+    }
+
+    #[test]
+    fn rotating_orders_and_samples() {
+        let log = std::cell::RefCell::new(Vec::new());
+        let mut a = || -> Result<f64, ()> {
+            log.borrow_mut().push('a');
+            Ok(1.0)
+        };
+        let mut b = || -> Result<f64, ()> {
+            log.borrow_mut().push('b');
+            Ok(2.0)
+        };
+        let mut c = || -> Result<f64, ()> {
+            log.borrow_mut().push('c');
+            Ok(3.0)
+        };
+        let out = rotating(3, &mut [&mut a, &mut b, &mut c]).unwrap();
+        assert_eq!(out, vec![vec![1.0; 3], vec![2.0; 3], vec![3.0; 3]]);
+        assert_eq!(log.borrow().iter().collect::<String>(), "abcbcacab");
+        let mut fail = || -> Result<f64, &str> { Err("x") };
+        assert_eq!(rotating(2, &mut [&mut fail]), Err("x"));
+    }
+
+    #[test]
+    fn cpu_time_advances() {
+        let t0 = process_cpu_seconds().unwrap();
+        let mut x = 0u64;
+        for i in 0..20_000_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+        std::hint::black_box(x);
+        let t1 = process_cpu_seconds().unwrap();
+        assert!(t0 >= 0.0 && t1 > t0, "{t0} -> {t1}");
+    }
+
+    #[test]
+    fn nvidia_module_version_formats() {
+        let closed =
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 06:54:38 UTC 2025";
+        let open = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build";
+        assert_eq!(parse_nvidia_module_version(closed).as_deref(), Some("580.65.06"));
+        assert_eq!(parse_nvidia_module_version(open).as_deref(), Some("580.159.04"));
+        assert_eq!(parse_nvidia_module_version("no version here 1. .2"), None);
     }
 
     #[test]

@@ -11,6 +11,8 @@ use cuda_core::{Device, DeviceBuffer, DeviceRepr, Error, Function, LaunchConfig,
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
+pub mod ops;
+
 /// CUDA C source of the elementwise kernels.
 pub const ELEMENTWISE_SRC: &str = include_str!("../cuda/elementwise.cu");
 /// CUDA C source of the reduction kernels.

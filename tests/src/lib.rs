@@ -7,6 +7,8 @@
 
 #![warn(missing_docs)]
 
+pub mod ops;
+
 pub use libtest_mimic::Failed;
 use libtest_mimic::{Arguments, Trial};
 use rand::{Rng, SeedableRng};

@@ -1,12 +1,12 @@
 //! `shared`: run an op at most once and hand its output to many consumers.
 
 use crate::{DeviceError, DeviceOp, ExecutionContext, Op, Result};
-use cuda_core::{Event, Stream};
+use cuda_core::{Event, PooledEvent, Stream};
 use std::sync::{Arc, Mutex};
 
 enum State<O: DeviceOp> {
     NotRun(O),
-    Done { output: Arc<O::Output>, stream: Stream, event: Arc<Event> },
+    Done { output: Arc<O::Output>, stream: Stream, event: Arc<PooledEvent> },
     Failed(Arc<DeviceError>),
     Poisoned,
 }
@@ -53,7 +53,7 @@ where
         // Poisoned stays behind if the producer panics while we run it.
         *st = match std::mem::replace(&mut *st, State::Poisoned) {
             State::NotRun(op) => match op.execute(ctx).and_then(|out| {
-                let event = Event::new(ctx.device(), false)?;
+                let event = Event::pooled(ctx.device())?;
                 event.record(ctx.stream())?;
                 Ok((out, event))
             }) {

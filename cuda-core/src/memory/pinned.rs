@@ -5,7 +5,7 @@ use super::order::ordered_on;
 use super::repr::DeviceRepr;
 use crate::device::Device;
 use crate::error::{check, Error, Result};
-use crate::event::Event;
+use crate::event::{Event, PooledEvent};
 use crate::stream::Stream;
 use cudarc::driver::sys;
 use std::mem::size_of;
@@ -20,7 +20,7 @@ pub struct PinnedBuffer<T: DeviceRepr> {
     ptr: *mut T,
     len: usize,
     device: Device,
-    pending: Option<Event>,
+    pending: Option<PooledEvent>,
 }
 
 // SAFETY: the buffer owns its host allocation; in-flight transfers are tracked by `pending` and
@@ -98,7 +98,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
     }
 
     fn track(&mut self, stream: &Stream) -> Result<()> {
-        let ev = Event::new(stream.device(), false)?;
+        let ev = Event::pooled(stream.device())?;
         ev.record(stream)?;
         self.pending = Some(ev);
         Ok(())

@@ -1,0 +1,293 @@
+//! The kernels as lazy [`cuda_async`] ops: `fill`, `scale`, `axpy`, `add`, `mul` and `sum`.
+//!
+//! Every launcher takes its buffers as [`IntoBufferOp`] arguments: `&DeviceBuffer<T>`,
+//! `&mut DeviceBuffer<T>`, an owned `DeviceBuffer<T>`, an `Arc<DeviceBuffer<T>>`, or a lazy op
+//! producing one of these (e.g. [`cuda_async::memory::zeros`]). Inputs need [`BufferRef`]; outputs
+//! need [`BufferMut`], so an `Arc` or a `&` cannot be written to — that does not compile.
+//!
+//! Guarantees of every op built here, when executed:
+//! - the argument ops are executed **in argument order**, on the context's stream, before the
+//!   launch; the op itself then queues only the kernel launch (and, for [`sum`], a memset of
+//!   `out`), plus `cuda-core`'s event waits for buffers whose home is another stream;
+//! - devices and lengths are checked after the argument ops and before the launch: a mismatch
+//!   is [`DeviceError::Shape`] (or [`cuda_core::Error::DeviceMismatch`] for a buffer of another
+//!   device than the stream's), and nothing is launched;
+//! - the output argument's handle is yielded (the `&mut`, the owned buffer, or the lazy op's
+//!   output), so chains continue: `ops::axpy(2.0, &x, zeros(n)).then(|y| ops::scale(y, ..))`;
+//! - an op is a [`GraphNode`] exactly when every argument op is one: a launch allocates nothing,
+//!   but a lazy allocating argument (e.g. `zeros(n)`) makes the whole op a non-`GraphNode`.
+//!
+//! Kernels are compiled (or read from the cache) on first use per device by [`Kernels::get`]; run
+//! one op before recording a graph to keep compilation out of the recording.
+
+use crate::{Element, Kernels};
+use cuda_async::{
+    BufferMut, BufferRef, DeviceError, DeviceOp, ExecutionContext, GraphNode, IntoBufferOp, Op,
+};
+use cuda_core::{DeviceBuffer, DeviceRepr, Stream};
+use std::marker::PhantomData;
+
+/// `Ok` when all `lens` agree, else a [`DeviceError::Shape`] naming `op` and every length.
+fn same_len(op: &'static str, lens: &[usize]) -> cuda_async::Result<()> {
+    match lens.split_first() {
+        Some((&n, rest)) if rest.iter().any(|&l| l != n) => {
+            Err(DeviceError::shape(op, format!("argument lengths differ: {lens:?}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `Ok` when an output that must hold exactly one element does, else a [`DeviceError::Shape`].
+fn one_element(op: &'static str, len: usize) -> cuda_async::Result<()> {
+    if len == 1 {
+        return Ok(());
+    }
+    Err(DeviceError::shape(op, format!("the output must hold exactly 1 element, it holds {len}")))
+}
+
+/// `Ok` when `buf` lives on the device of `ctx`'s stream.
+fn same_device<T: DeviceRepr>(
+    op: &'static str,
+    ctx: &ExecutionContext<'_>,
+    buf: &DeviceBuffer<T>,
+) -> cuda_async::Result<()> {
+    if buf.device() == ctx.device() {
+        return Ok(());
+    }
+    Err(cuda_core::Error::DeviceMismatch {
+        during: op,
+        expected: ctx.device().ordinal(),
+        actual: buf.device().ordinal(),
+    }
+    .into())
+}
+
+/// Generates a launcher struct, its [`DeviceOp`] impl (execute inputs, then the output, in order;
+/// check devices and lengths; launch; yield the output handle) and its conditional [`GraphNode`]
+/// impl. Inside `check` and `launch`, inputs are `&DeviceBuffer<_>` and the output is
+/// `&mut DeviceBuffer<_>`, bound to the field names.
+macro_rules! launcher {
+    (
+        $(#[$meta:meta])*
+        $name:ident {
+            op: $opname:expr,
+            params: { $($p:ident: $pty:ty),* $(,)? },
+            inputs: { $($input:ident: $In:ident),* $(,)? },
+            output: $out:ident: $Out:ident => DeviceBuffer<$OutElem:ty>,
+            $(check: $check:expr,)?
+            launch: |$k:ident, $s:ident| $launch:expr $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        ///
+        /// Executing it runs the argument ops in argument order on the context's stream, checks
+        /// devices and lengths (a mismatch is [`DeviceError::Shape`]) before launching anything,
+        /// launches on that stream and yields the output argument's handle. A [`GraphNode`]
+        /// exactly when every argument op is one.
+        pub struct $name<T: Element, $($In,)* $Out> {
+            $($p: $pty,)*
+            $($input: $In,)*
+            $out: $Out,
+        }
+
+        impl<T: Element, $($In,)* $Out> DeviceOp for $name<T, $($In,)* $Out>
+        where
+            $($In: DeviceOp, $In::Output: BufferRef<T>,)*
+            $Out: DeviceOp,
+            $Out::Output: BufferMut<$OutElem>,
+        {
+            type Output = $Out::Output;
+
+            fn execute(self, ctx: &ExecutionContext<'_>) -> cuda_async::Result<$Out::Output> {
+                let $name { $($p,)* $($input,)* $out } = self;
+                $(let $input = $input.execute(ctx)?;)*
+                let mut handle = $out.execute(ctx)?;
+                {
+                    $(let $input: &DeviceBuffer<T> = $input.buffer();)*
+                    let $out: &mut DeviceBuffer<$OutElem> = handle.buffer_mut();
+                    $(same_device($opname, ctx, $input)?;)*
+                    same_device($opname, ctx, $out)?;
+                    $($check?;)?
+                    let ($k, $s): (&Kernels, &Stream) = (Kernels::get(ctx.device())?, ctx.stream());
+                    $launch?;
+                }
+                Ok(handle)
+            }
+        }
+
+        // SAFETY: a kernel launch (and, for `sum`, a memset of an existing buffer) allocates and
+        // frees nothing and does not synchronise; the argument ops are GraphNodes.
+        unsafe impl<T: Element, $($In,)* $Out> GraphNode for $name<T, $($In,)* $Out>
+        where
+            $($In: GraphNode, $In::Output: BufferRef<T>,)*
+            $Out: GraphNode,
+            $Out::Output: BufferMut<$OutElem>,
+        {
+        }
+    };
+}
+
+launcher! {
+    /// Sets every element of `dst` to `value`. Built by [`fill`].
+    Fill {
+        op: "fill",
+        params: { value: T },
+        inputs: {},
+        output: dst: D => DeviceBuffer<T>,
+        launch: |k, s| k.fill(s, dst, value),
+    }
+}
+
+launcher! {
+    /// `out[i] = alpha * x[i]`. Built by [`scale`].
+    Scale {
+        op: "scale",
+        params: { alpha: T },
+        inputs: { x: X },
+        output: out: O => DeviceBuffer<T>,
+        check: same_len("scale", &[x.len(), out.len()]),
+        launch: |k, s| k.scale(s, x, alpha, out),
+    }
+}
+
+launcher! {
+    /// `y[i] = alpha * x[i] + y[i]`. Built by [`axpy`].
+    Axpy {
+        op: "axpy",
+        params: { alpha: T },
+        inputs: { x: X },
+        output: y: Y => DeviceBuffer<T>,
+        check: same_len("axpy", &[x.len(), y.len()]),
+        launch: |k, s| k.axpy(s, alpha, x, y),
+    }
+}
+
+/// The launcher an elementwise binary op uses ([`Kernels::add`] or [`Kernels::mul`]).
+type BinaryFn<T> =
+    fn(&Kernels, &Stream, &DeviceBuffer<T>, &DeviceBuffer<T>, &mut DeviceBuffer<T>) -> cuda_core::Result<()>;
+
+launcher! {
+    /// `out[i] = a[i] ∘ b[i]` for an elementwise binary kernel `∘`. Built by [`add`] and [`mul`].
+    Binary {
+        op: name,
+        params: { name: &'static str, kernel: BinaryFn<T> },
+        inputs: { a: A, b: B },
+        output: out: O => DeviceBuffer<T>,
+        check: same_len(name, &[a.len(), b.len(), out.len()]),
+        launch: |k, s| kernel(k, s, a, b, out),
+    }
+}
+
+launcher! {
+    /// `out[0] = sum(x)`, accumulated in `f64`. Built by [`sum`].
+    Sum {
+        op: "sum",
+        params: { _t: PhantomData<fn() -> T> },
+        inputs: { x: X },
+        output: out: O => DeviceBuffer<f64>,
+        check: one_element("sum", out.len()),
+        launch: |k, s| k.sum(s, x, out),
+    }
+}
+
+/// Sets every element of `dst` to `value` with the `fill` kernel, yielding `dst`'s handle.
+///
+/// `dst` must be writable (`&mut`, owned, or a lazy op yielding one of these). Executing runs the
+/// `dst` op, then launches the kernel on the context's stream. A [`GraphNode`] when the `dst` op is.
+pub fn fill<T: Element, D: IntoBufferOp<T>>(dst: D, value: T) -> Op<Fill<T, D::Op>>
+where
+    D::Out: BufferMut<T>,
+{
+    Op::new(Fill { value, dst: dst.into_buffer_op() })
+}
+
+/// `out[i] = alpha * x[i]`, yielding `out`'s handle.
+///
+/// Executing runs the `x` op, then the `out` op, checks `x.len() == out.len()` (else
+/// [`DeviceError::Shape`]) and launches on the context's stream. A [`GraphNode`] when both argument
+/// ops are.
+pub fn scale<T: Element, X: IntoBufferOp<T>, O: IntoBufferOp<T>>(
+    x: X,
+    alpha: T,
+    out: O,
+) -> Op<Scale<T, X::Op, O::Op>>
+where
+    O::Out: BufferMut<T>,
+{
+    Op::new(Scale { alpha, x: x.into_buffer_op(), out: out.into_buffer_op() })
+}
+
+/// `y[i] = alpha * x[i] + y[i]` (in place in `y`), yielding `y`'s handle.
+///
+/// Executing runs the `x` op, then the `y` op, checks `x.len() == y.len()` (else
+/// [`DeviceError::Shape`]) and launches on the context's stream. A [`GraphNode`] when both argument
+/// ops are.
+pub fn axpy<T: Element, X: IntoBufferOp<T>, Y: IntoBufferOp<T>>(
+    alpha: T,
+    x: X,
+    y: Y,
+) -> Op<Axpy<T, X::Op, Y::Op>>
+where
+    Y::Out: BufferMut<T>,
+{
+    Op::new(Axpy { alpha, x: x.into_buffer_op(), y: y.into_buffer_op() })
+}
+
+/// The op [`add`] and [`mul`] return for the arguments `A`, `B` and `O`.
+pub type BinaryOp<T, A, B, O> =
+    Op<Binary<T, <A as IntoBufferOp<T>>::Op, <B as IntoBufferOp<T>>::Op, <O as IntoBufferOp<T>>::Op>>;
+
+/// `out[i] = a[i] + b[i]`, yielding `out`'s handle.
+///
+/// Executing runs the `a`, `b` and `out` ops in that order, checks that the three lengths agree
+/// (else [`DeviceError::Shape`]) and launches on the context's stream. A [`GraphNode`] when all
+/// argument ops are.
+pub fn add<T, A, B, O>(a: A, b: B, out: O) -> BinaryOp<T, A, B, O>
+where
+    T: Element,
+    A: IntoBufferOp<T>,
+    B: IntoBufferOp<T>,
+    O: IntoBufferOp<T>,
+    O::Out: BufferMut<T>,
+{
+    binary("add", Kernels::add::<T>, a, b, out)
+}
+
+/// `out[i] = a[i] * b[i]`, yielding `out`'s handle.
+///
+/// Same guarantees as [`add`].
+pub fn mul<T, A, B, O>(a: A, b: B, out: O) -> BinaryOp<T, A, B, O>
+where
+    T: Element,
+    A: IntoBufferOp<T>,
+    B: IntoBufferOp<T>,
+    O: IntoBufferOp<T>,
+    O::Out: BufferMut<T>,
+{
+    binary("mul", Kernels::mul::<T>, a, b, out)
+}
+
+fn binary<T, A, B, O>(name: &'static str, kernel: BinaryFn<T>, a: A, b: B, out: O) -> BinaryOp<T, A, B, O>
+where
+    T: Element,
+    A: IntoBufferOp<T>,
+    B: IntoBufferOp<T>,
+    O: IntoBufferOp<T>,
+    O::Out: BufferMut<T>,
+{
+    Op::new(Binary { name, kernel, a: a.into_buffer_op(), b: b.into_buffer_op(), out: out.into_buffer_op() })
+}
+
+/// `out[0] = sum(x)`, accumulated in `f64` (order of additions unspecified), yielding `out`'s
+/// handle.
+///
+/// `out` must be a writable `f64` buffer of exactly one element (else [`DeviceError::Shape`]); its
+/// previous content is overwritten (a memset to zero, then the reduction, both on the context's
+/// stream). Executing runs the `x` op, then the `out` op. A [`GraphNode`] when both argument ops
+/// are.
+pub fn sum<T: Element, X: IntoBufferOp<T>, O: IntoBufferOp<f64>>(x: X, out: O) -> Op<Sum<T, X::Op, O::Op>>
+where
+    O::Out: BufferMut<f64>,
+{
+    Op::new(Sum { _t: PhantomData, x: x.into_buffer_op(), out: out.into_buffer_op() })
+}

@@ -1,0 +1,23 @@
+//! Compile-fail suite: misuses of the op API that the type system must refuse, each with its
+//! expected compiler error under `tests/ui/`, plus a positive control that must compile.
+//!
+//! Needs no GPU (nothing is launched). Regenerate the `.stderr` files with
+//! `TRYBUILD=overwrite cargo test -p cuda-async-tests --test compile_fail` and review them: each
+//! must show the intended error (a missing `GraphNode`, `Send` or `BufferMut` bound, or a use
+//! after move), not an unrelated one.
+
+#[test]
+fn compile_fail() {
+    let t = trybuild::TestCases::new();
+    for case in [
+        "alloc_op_not_graph_node",
+        "launcher_lazy_alloc_arg_not_graph_node",
+        "non_send_payload",
+        "arc_as_output",
+        "shared_borrow_as_output",
+        "use_after_move_into_op",
+    ] {
+        t.compile_fail(format!("ui/{case}.rs"));
+    }
+    t.pass("ui/pass_graph_node_ok.rs");
+}

@@ -9,6 +9,8 @@
 //! - Scheduling: [`SchedulingPolicy`], [`StreamPoolRoundRobin`] (default), [`SingleStream`], and the
 //!   default device and policy ([`scheduling`]).
 //! - Memory ops ([`memory`]) and buffer arguments ([`args`]); the [`GraphNode`] marker.
+//! - CUDA graphs ([`graph`]): [`CudaGraph::capture`], [`CudaGraph::scope`], `op.graph_on(&s)`,
+//!   replays as ops, updates, parameter handles, [`DeviceScalar`], and the [`Module`] trait.
 //!
 //! See `docs/guide.md` for the safety argument.
 
@@ -20,6 +22,7 @@ pub(crate) mod completion;
 mod context;
 mod error;
 mod future;
+pub mod graph;
 mod graph_node;
 mod lock;
 pub mod memory;
@@ -32,6 +35,7 @@ pub use combinators::{join_all, value};
 pub use context::ExecutionContext;
 pub use error::{DeviceError, Result};
 pub use future::DeviceFuture;
+pub use graph::{CaptureOptions, CudaGraph, DeviceScalar, Module, RecapturePath, TunableParam};
 pub use graph_node::GraphNode;
 pub use lock::is_executing;
 pub use op::{DeviceOp, DeviceOpExt, FirstFn, LastFn, Op};

@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::future::DeviceFuture;
 use crate::lock;
 use crate::scheduling::{self, SchedulingPolicy};
+use crate::GraphNode;
 use cuda_core::Stream;
 use std::sync::Arc;
 
@@ -119,6 +120,24 @@ pub trait DeviceOpExt: DeviceOp + Sized {
     /// completed, without blocking the executor thread.
     fn on(self, stream: &Stream) -> DeviceFuture<Self> {
         DeviceFuture::on_stream(self, stream.clone())
+    }
+
+    /// Captures the op into a replayable graph on `stream` (nothing runs). See
+    /// [`crate::CudaGraph::capture`].
+    fn graph_on(self, stream: &Stream) -> Result<crate::CudaGraph<Self::Output>>
+    where
+        Self: GraphNode,
+    {
+        crate::CudaGraph::capture(stream, self)
+    }
+
+    /// Captures the op into a graph on a stream chosen by the default policy.
+    fn graph(self) -> Result<crate::CudaGraph<Self::Output>>
+    where
+        Self: GraphNode,
+    {
+        let stream = scheduling::default_policy()?.next_stream()?;
+        crate::CudaGraph::capture(&stream, self)
     }
 
     /// Wraps the op in [`Op`] so that it can be awaited directly.

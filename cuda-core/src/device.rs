@@ -154,6 +154,9 @@ impl Device {
 
     /// Waits until all work on every stream of this device has finished.
     pub fn synchronize(&self) -> Result<()> {
+        if crate::capture::any_active() {
+            return Err(Error::Capture("synchronizing the device while a stream capture is active"));
+        }
         self.bind()?;
         // SAFETY: this device's context is current.
         check(unsafe { sys::cuCtxSynchronize() }, "synchronizing the device")

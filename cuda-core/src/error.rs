@@ -79,6 +79,11 @@ pub enum Error {
     /// An argument that no call could accept (e.g. a zero block size, a size overflow).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// An operation that cannot be part of a stream capture was attempted on a capturing stream
+    /// (an allocation, a blocking or pageable copy, a host callback, a synchronisation). Refused
+    /// before the driver sees it, so the capture and the context stay usable.
+    #[error("not allowed during stream capture: {0}")]
+    Capture(&'static str),
     /// Two objects that must live on the same device do not.
     #[error("device mismatch while {during}: device {expected} vs device {actual}")]
     DeviceMismatch {

@@ -1,13 +1,18 @@
 //! Raw CUDA graph handles: stream capture, graphs, executable graphs.
 //!
-//! These are owned handles that clean up on drop. They know nothing of the memory a graph's nodes
-//! use, so launching an executable graph is `unsafe` here; the `cuda-async` crate builds the safe
-//! layer (graphs that own or keep alive everything they touch).
+//! These are owned handles that clean up on drop. A graph made by stream capture through this crate
+//! owns a reference to every [`Allocation`] its nodes use (see the `capture` registry), and so does
+//! every executable graph made from it. That makes [`GraphExec::launch`] safe: a replay can never
+//! run on freed memory, and each replay is joined to the home streams of those allocations like any
+//! other use, so it is ordered with every other access to them and with their final free.
 
+use crate::capture;
 use crate::device::Device;
 use crate::error::{check, Error, Result};
+use crate::memory::{ordered_on, Allocation};
 use crate::stream::Stream;
 use cudarc::driver::sys;
+use std::sync::Arc;
 
 /// How a stream capture interacts with other threads' CUDA calls (`CUstreamCaptureMode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +77,9 @@ impl Stream {
     pub fn begin_capture(&self, mode: CaptureMode) -> Result<()> {
         self.device().bind()?;
         // SAFETY: live stream.
-        check(unsafe { sys::cuStreamBeginCapture_v2(self.raw(), mode.raw()) }, "beginning stream capture")
+        check(unsafe { sys::cuStreamBeginCapture_v2(self.raw(), mode.raw()) }, "beginning stream capture")?;
+        capture::register(self);
+        Ok(())
     }
 
     /// Ends the capture and returns the captured graph. If the capture was invalidated, the error
@@ -82,6 +89,7 @@ impl Stream {
         let mut raw = std::ptr::null_mut();
         // SAFETY: live stream; valid out-pointer.
         let res = unsafe { sys::cuStreamEndCapture(self.raw(), &mut raw) };
+        let record = capture::unregister(self);
         if res != sys::CUresult::CUDA_SUCCESS {
             if !raw.is_null() {
                 // SAFETY: a graph handed back despite the error is ours to destroy.
@@ -89,7 +97,41 @@ impl Stream {
             }
             return Err(Error::driver(res, "ending stream capture"));
         }
-        Ok(Graph { raw, device: *self.device() })
+        Ok(Graph { raw, device: *self.device(), keep: record.keep.into() })
+    }
+
+    /// The kernel node most recently captured on this stream, if the capture's current frontier is
+    /// exactly one kernel node (e.g. right after a single kernel launch). Used to build parameter
+    /// update handles.
+    pub fn last_captured_kernel_node(&self) -> Result<Option<KernelNode>> {
+        self.device().bind()?;
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let (mut deps, mut n): (*const sys::CUgraphNode, usize) = (std::ptr::null(), 0);
+        // SAFETY: live stream; valid out-pointers; unneeded outputs are null.
+        check(
+            unsafe {
+                sys::cuStreamGetCaptureInfo_v3(
+                    self.raw(),
+                    &mut status,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    &mut deps,
+                    std::ptr::null_mut(),
+                    &mut n,
+                )
+            },
+            "reading capture info",
+        )?;
+        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || n != 1 || deps.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: the driver returned an array of `n == 1` nodes, valid until the next call on
+        // this stream.
+        let node = unsafe { *deps };
+        let mut ty = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+        // SAFETY: a live node of the capture graph.
+        check(unsafe { sys::cuGraphNodeGetType(node, &mut ty) }, "reading a node type")?;
+        Ok((ty == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL).then_some(KernelNode(node)))
     }
 
     /// The capture status of this stream.
@@ -107,10 +149,37 @@ impl Stream {
     }
 }
 
-/// An owned graph (`CUgraph`), destroyed on drop.
+/// A kernel node of a [`Graph`] (a plain handle, valid while that graph lives).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelNode(sys::CUgraphNode);
+
+// SAFETY: a node handle is an opaque pointer that the driver lets any thread use.
+unsafe impl Send for KernelNode {}
+// SAFETY: as above; the handle is immutable.
+unsafe impl Sync for KernelNode {}
+
+impl KernelNode {
+    /// Whether this node launches `function`.
+    ///
+    /// # Safety
+    /// The graph the node belongs to must be alive.
+    pub unsafe fn launches(&self, function: &crate::Function) -> Result<bool> {
+        // SAFETY: zeroed is valid for this plain C struct; the driver fills it.
+        let mut params: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        // SAFETY: the caller guarantees the node is alive.
+        check(
+            unsafe { sys::cuGraphKernelNodeGetParams_v2(self.0, &mut params) },
+            "reading kernel node parameters",
+        )?;
+        Ok(params.func == function.raw())
+    }
+}
+
+/// An owned graph (`CUgraph`), destroyed on drop. It keeps every allocation its captured nodes use.
 pub struct Graph {
     raw: sys::CUgraph,
     device: Device,
+    keep: Arc<[Arc<Allocation>]>,
 }
 
 // SAFETY: graph handles may be moved between threads; all mutation goes through `&mut self`.
@@ -133,7 +202,12 @@ impl Graph {
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer; flags must be 0.
         check(unsafe { sys::cuGraphCreate(&mut raw, 0) }, "creating a graph")?;
-        Ok(Graph { raw, device: *device })
+        Ok(Graph { raw, device: *device, keep: Arc::from(Vec::new()) })
+    }
+
+    /// The allocations this graph's nodes use (kept alive by the graph and its executables).
+    pub fn allocations(&self) -> &[Arc<Allocation>] {
+        &self.keep
     }
 
     /// The raw handle, valid while `self` lives.
@@ -172,7 +246,9 @@ impl Graph {
             unsafe { sys::cuGraphInstantiateWithFlags(&mut raw, self.raw, flags.0) },
             "instantiating a graph",
         )?;
-        Ok(GraphExec { raw, device: self.device })
+        let mut exec = GraphExec { raw, device: self.device, keep: Arc::from(Vec::new()), homes: Vec::new() };
+        exec.adopt(self);
+        Ok(exec)
     }
 
     /// Instantiates and uploads to the device on `stream`, so the first launch pays no upload.
@@ -184,10 +260,31 @@ impl Graph {
 }
 
 /// An executable graph (`CUgraphExec`), destroyed on drop. The driver defers destruction of an
-/// executable graph that is still running, so dropping it right after a launch is safe.
+/// executable graph that is still running, and the allocations it keeps are freed stream-ordered
+/// after the replays (each replay is joined to their home streams), so dropping it right after a
+/// launch is safe.
 pub struct GraphExec {
     raw: sys::CUgraphExec,
     device: Device,
+    keep: Arc<[Arc<Allocation>]>,
+    /// The distinct home streams of `keep`.
+    homes: Vec<Stream>,
+}
+
+/// The outcome of [`GraphExec::update`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecUpdate {
+    /// The executable graph now runs the new graph's parameters (`cuGraphExecUpdate` succeeded).
+    Updated,
+    /// The driver refused the in-place update; the executable graph is unchanged. `reason` is the
+    /// driver's `CUgraphExecUpdateResult` name (e.g. `CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED`)
+    /// and `node_type` the type of the node that caused it, if the driver named one.
+    Refused {
+        /// Why, as the driver names it.
+        reason: String,
+        /// The offending node's type, if known.
+        node_type: Option<String>,
+    },
 }
 
 // SAFETY: executable graph handles may be used from any thread.
@@ -217,14 +314,136 @@ impl GraphExec {
         check(unsafe { sys::cuGraphUpload(self.raw, stream.raw()) }, "uploading a graph")
     }
 
+    fn adopt(&mut self, graph: &Graph) {
+        self.keep = graph.keep.clone();
+        self.homes.clear();
+        for a in graph.keep.iter() {
+            if !self.homes.contains(a.home_stream()) {
+                self.homes.push(a.home_stream().clone());
+            }
+        }
+    }
+
+    /// The allocations the executable graph keeps alive.
+    pub fn allocations(&self) -> &[Arc<Allocation>] {
+        &self.keep
+    }
+
     /// Queues one replay of the graph on `stream`.
     ///
-    /// # Safety
-    /// Every device address baked into the graph's nodes must still point to live memory of the
-    /// right size when the replay runs, and nothing else may access that memory concurrently.
-    pub unsafe fn launch(&self, stream: &Stream) -> Result<()> {
+    /// Safe for graphs captured through this crate: every buffer the nodes use is kept alive by
+    /// this executable graph, and the replay is ordered (joined) with all other uses of those
+    /// buffers on their home streams, so it neither races other work nor outlives the memory.
+    pub fn launch(&self, stream: &Stream) -> Result<()> {
         self.device.bind()?;
-        // SAFETY: live handles; the caller upholds the memory contract.
-        check(unsafe { sys::cuGraphLaunch(self.raw, stream.raw()) }, "launching a graph")
+        let go = || {
+            // SAFETY: live handles; every address in the graph belongs to an allocation in
+            // `self.keep` (captured uses are recorded), which outlives this executable graph.
+            check(unsafe { sys::cuGraphLaunch(self.raw, stream.raw()) }, "launching a graph")
+        };
+        if capture::any_active() {
+            let uses: Vec<&Arc<Allocation>> = self.keep.iter().collect();
+            ordered_on(stream, &uses, go)
+        } else {
+            crate::memory::join_homes(stream, self.homes.iter(), go)
+        }
+    }
+
+    /// Updates this executable graph in place to the parameters of `graph`, which must have the
+    /// same topology (`cuGraphExecUpdate`). On success the executable graph keeps `graph`'s
+    /// allocations instead (replays already queued still hold theirs through the stream order).
+    pub fn update(&mut self, graph: &Graph) -> Result<ExecUpdate> {
+        self.device.bind()?;
+        // SAFETY: zeroed is valid for this plain C struct (an enum 0 and null handles).
+        let mut info: sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
+        // SAFETY: live handles; valid out-pointer.
+        let res = unsafe { sys::cuGraphExecUpdate_v2(self.raw, graph.raw, &mut info) };
+        match res {
+            sys::CUresult::CUDA_SUCCESS => {
+                self.adopt(graph);
+                Ok(ExecUpdate::Updated)
+            }
+            sys::CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE => {
+                let node_type = (!info.errorNode.is_null()).then(|| {
+                    let mut ty = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+                    // SAFETY: a node of `graph` or of this executable's graph, named by the driver.
+                    unsafe { sys::cuGraphNodeGetType(info.errorNode, &mut ty) };
+                    format!("{ty:?}")
+                });
+                Ok(ExecUpdate::Refused { reason: format!("{:?}", info.result), node_type })
+            }
+            e => Err(Error::driver(e, "updating an executable graph")),
+        }
+    }
+
+    /// Replaces parameter `index` of kernel node `node` with `value` for future launches
+    /// (`cuGraphExecKernelNodeSetParams`); launches already queued are unaffected.
+    ///
+    /// # Safety
+    /// `node` must be a kernel node of the graph this executable was instantiated from (or updated
+    /// to), and that graph must still be alive. Parameter `index` must exist and have exactly the
+    /// type `T`, and the kernel must stay in bounds with the new value (never change a length or a
+    /// pointer this way).
+    pub unsafe fn set_kernel_param<T: crate::DeviceRepr>(
+        &self,
+        node: KernelNode,
+        index: usize,
+        value: T,
+    ) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: zeroed is valid for this plain C struct; the driver fills it.
+        let mut params: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        // SAFETY: the caller guarantees `node` is a live kernel node.
+        check(
+            unsafe { sys::cuGraphKernelNodeGetParams_v2(node.0, &mut params) },
+            "reading kernel node parameters",
+        )?;
+        if params.kernelParams.is_null() {
+            return Err(Error::InvalidArgument("the kernel node has no parameter array".into()));
+        }
+        let sizes = param_sizes(params.func);
+        match sizes.get(index) {
+            Some(&size) if size == std::mem::size_of::<T>() => {}
+            Some(&size) => {
+                return Err(Error::InvalidArgument(format!(
+                    "kernel parameter {index} is {size} bytes, not {} (type mismatch)",
+                    std::mem::size_of::<T>()
+                )))
+            }
+            None => {
+                return Err(Error::InvalidArgument(format!(
+                    "the kernel has {} parameters; there is no parameter {index}",
+                    sizes.len()
+                )))
+            }
+        }
+        let mut value = value;
+        // SAFETY: the kernel has `sizes.len()` parameters (checked with the driver), and the node's
+        // array holds one pointer per parameter.
+        let mut ptrs: Vec<*mut std::ffi::c_void> =
+            (0..sizes.len()).map(|i| unsafe { *params.kernelParams.add(i) }).collect();
+        ptrs[index] = (&mut value as *mut T).cast();
+        params.kernelParams = ptrs.as_mut_ptr();
+        params.extra = std::ptr::null_mut();
+        // SAFETY: live handles; `ptrs` and `value` outlive the call, which copies the values.
+        check(
+            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.raw, node.0, &params) },
+            "setting kernel node parameters",
+        )
+    }
+}
+
+/// The byte size of each parameter of `func`, from `cuFuncGetParamInfo` (which fails past the
+/// last parameter).
+fn param_sizes(func: sys::CUfunction) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    loop {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: a live function handle; valid out-pointers.
+        let res = unsafe { sys::cuFuncGetParamInfo(func, sizes.len(), &mut offset, &mut size) };
+        if res != sys::CUresult::CUDA_SUCCESS {
+            return sizes;
+        }
+        sizes.push(size);
     }
 }

@@ -15,6 +15,7 @@
 
 #![warn(missing_docs)]
 
+mod capture;
 pub mod device;
 pub mod driver;
 pub mod error;
@@ -29,7 +30,7 @@ pub use device::{Device, DeviceAttribute};
 pub use driver::{device_count, driver_version, gpu_available, MIN_DRIVER_CUDA_VERSION};
 pub use error::{Error, Result};
 pub use event::{Event, PooledEvent};
-pub use graph::{CaptureMode, CaptureStatus, Graph, GraphExec, InstantiateFlags};
-pub use memory::{DeviceBuffer, DeviceRepr, MemPool, PinnedBuffer, PoolStats};
+pub use graph::{CaptureMode, CaptureStatus, ExecUpdate, Graph, GraphExec, InstantiateFlags, KernelNode};
+pub use memory::{Allocation, DeviceBuffer, DeviceRepr, MemPool, PinnedBuffer, PoolStats};
 pub use module::{Function, FunctionAttribute, KernelArgs, KernelParam, LaunchConfig, Module};
 pub use stream::{Stream, StreamStatus};

@@ -1,8 +1,9 @@
 //! Loaded code: modules, kernel functions, launch configuration and typed kernel arguments.
 
+use crate::capture;
 use crate::device::Device;
 use crate::error::{check, Error, Result};
-use crate::memory::{ordered_on, DeviceBuffer, DeviceRepr};
+use crate::memory::{ordered_on, Allocation, DeviceBuffer, DeviceRepr};
 use crate::stream::Stream;
 use cudarc::driver::sys;
 use std::ffi::{c_void, CString};
@@ -143,13 +144,13 @@ impl LaunchConfig {
 ///
 /// # Safety
 /// `param_ptr` must point to a value laid out exactly as the kernel's C parameter, valid for as
-/// long as `self` is borrowed; `home_stream` must return the home stream of any device memory the
-/// parameter refers to.
+/// long as `self` is borrowed; `allocation` must return the allocation of any device memory the
+/// parameter refers to (it is used for cross-stream ordering and kept alive by graphs).
 pub unsafe trait KernelParam {
     /// Pointer to the parameter's bytes, as `cuLaunchKernel`'s `kernelParams` wants.
     fn param_ptr(&self) -> *mut c_void;
-    /// Home stream of the device memory the parameter refers to, if any.
-    fn home_stream(&self) -> Option<&Stream> {
+    /// The allocation the parameter refers to, if any.
+    fn allocation(&self) -> Option<&Arc<Allocation>> {
         None
     }
 }
@@ -170,8 +171,8 @@ unsafe impl<T: DeviceRepr> KernelParam for &DeviceBuffer<T> {
         buffer_ptr_field(self)
     }
     #[inline]
-    fn home_stream(&self) -> Option<&Stream> {
-        Some(DeviceBuffer::home_stream(self))
+    fn allocation(&self) -> Option<&Arc<Allocation>> {
+        Some(DeviceBuffer::allocation(self))
     }
 }
 
@@ -182,8 +183,8 @@ unsafe impl<T: DeviceRepr> KernelParam for &mut DeviceBuffer<T> {
         buffer_ptr_field(self)
     }
     #[inline]
-    fn home_stream(&self) -> Option<&Stream> {
-        Some(DeviceBuffer::home_stream(self))
+    fn allocation(&self) -> Option<&Arc<Allocation>> {
+        Some(DeviceBuffer::allocation(self))
     }
 }
 
@@ -194,11 +195,11 @@ fn buffer_ptr_field<T: DeviceRepr>(b: &DeviceBuffer<T>) -> *mut c_void {
 /// A full argument list: tuples of [`KernelParam`]s, up to 12.
 ///
 /// # Safety
-/// `with_params` must pass one pointer per parameter, each valid during the call, and the homes
-/// of all device memory referred to.
+/// `with_params` must pass one pointer per parameter, each valid during the call, and the
+/// allocations of all device memory referred to.
 pub unsafe trait KernelArgs {
-    /// Calls `f` with the parameter pointers and the home streams of referenced memory.
-    fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void], &[Option<&Stream>]) -> R) -> R;
+    /// Calls `f` with the parameter pointers and the allocations of referenced memory.
+    fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void], &[Option<&Arc<Allocation>>]) -> R) -> R;
 }
 
 macro_rules! impl_args {
@@ -207,10 +208,10 @@ macro_rules! impl_args {
         unsafe impl<$($n: KernelParam),*> KernelArgs for ($($n,)*) {
             #[allow(non_snake_case)]
             #[inline]
-            fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void], &[Option<&Stream>]) -> R) -> R {
+            fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void], &[Option<&Arc<Allocation>>]) -> R) -> R {
                 let ($($n,)*) = self;
                 let mut ptrs = [$($n.param_ptr()),*];
-                let homes = [$($n.home_stream()),*];
+                let homes = [$($n.allocation()),*];
                 f(&mut ptrs, &homes)
             }
         }
@@ -249,10 +250,15 @@ impl Function {
     /// [`crate::memory::ordered_on`]), so the launch is ordered after their earlier uses and their
     /// free after the launch. A configuration the driver rejects is an error, not a crash.
     ///
+    /// While `stream` is being captured, the launch is recorded instead, and the buffers passed are
+    /// kept alive by the graph for as long as it can be replayed.
+    ///
     /// # Safety
     /// The argument list must match the kernel's C signature in number, order and layout, and the
     /// kernel must access only memory it is given, within bounds: writes only through `&mut`
-    /// buffers, no out-of-range indices. The typed launchers of the `kernels` crate uphold this.
+    /// buffers, no out-of-range indices. Device memory passed other than as a `DeviceBuffer` (raw
+    /// addresses) must stay valid for the launch and, if captured, for every replay. The typed
+    /// launchers of the `kernels` crate uphold this.
     pub unsafe fn launch<A: KernelArgs>(&self, stream: &Stream, cfg: LaunchConfig, args: A) -> Result<()> {
         if stream.device() != &self.device {
             return Err(Error::DeviceMismatch {
@@ -284,11 +290,11 @@ impl Function {
                 check(res, "launching a kernel")
             };
             self.device.bind()?;
-            if homes.iter().all(|h| h.is_none_or(|h| h == stream)) {
+            if !capture::any_active() && homes.iter().all(|h| h.is_none_or(|h| h.home_stream() == stream)) {
                 enqueue()
             } else {
-                let foreign: Vec<&Stream> = homes.iter().flatten().copied().collect();
-                ordered_on(stream, &foreign, enqueue)
+                let uses: Vec<&Arc<Allocation>> = homes.iter().flatten().copied().collect();
+                ordered_on(stream, &uses, enqueue)
             }
         })
     }

@@ -113,6 +113,7 @@ impl Stream {
     /// Blocks the calling thread until all work queued on this stream has finished, and reports
     /// any asynchronous error of that work.
     pub fn synchronize(&self) -> Result<()> {
+        crate::capture::refuse_if_capturing(self, "synchronizing a stream that is being captured")?;
         self.inner.device.bind()?;
         // SAFETY: live stream handle; context bound.
         check(unsafe { sys::cuStreamSynchronize(self.raw()) }, "synchronizing a stream")
@@ -164,6 +165,8 @@ impl Stream {
             // A panic must not unwind into the driver's C frame.
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
         }
+        // Captured, the callback would be replayed after its box was consumed by the first run.
+        crate::capture::refuse_if_capturing(self, "a host function on a stream being captured")?;
         self.inner.device.bind()?;
         let data = Box::into_raw(Box::new(f)) as *mut c_void;
         // SAFETY: live stream; the trampoline matches CUhostFn and owns `data` once it runs.
@@ -195,6 +198,7 @@ impl Stream {
             // A panic must not unwind into the driver's C frame.
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(status)));
         }
+        crate::capture::refuse_if_capturing(self, "a stream callback on a stream being captured")?;
         self.inner.device.bind()?;
         let data = Box::into_raw(Box::new(f)) as *mut c_void;
         // SAFETY: live stream; the trampoline matches CUstreamCallback and owns `data` once it

@@ -45,9 +45,10 @@ impl Element for f64 {
 
 /// The kernels of one element type.
 pub struct TypedKernels {
-    fill: Function,
-    scale: Function,
-    axpy: Function,
+    pub(crate) fill: Function,
+    pub(crate) scale: Function,
+    scale_by: Function,
+    pub(crate) axpy: Function,
     add: Function,
     mul: Function,
     sum: Function,
@@ -66,6 +67,7 @@ impl TypedKernels {
         Ok(TypedKernels {
             fill: ew.function(&format!("fill_{s}"))?,
             scale: ew.function(&format!("scale_{s}"))?,
+            scale_by: ew.function(&format!("scale_by_{s}"))?,
             axpy: ew.function(&format!("axpy_{s}"))?,
             add: ew.function(&format!("add_{s}"))?,
             mul: ew.function(&format!("mul_{s}"))?,
@@ -155,6 +157,25 @@ impl Kernels {
         // SAFETY: matches `scale_<T>(const T* x, T alpha, T* out, n)`; reads x[0..n], writes
         // out[0..n]; `out` is exclusive and cannot alias `x` (borrow rules).
         unsafe { T::kernels(self).scale.launch(stream, self.config(n), (x, alpha, out, n as u64)) }
+    }
+
+    /// `out[i] = alpha[0] * x[i]`, with the factor read from device memory when the kernel runs
+    /// (so a captured graph follows changes to it). `alpha` must hold exactly one element.
+    pub fn scale_by<T: Element>(
+        &self,
+        stream: &Stream,
+        x: &DeviceBuffer<T>,
+        alpha: &DeviceBuffer<T>,
+        out: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        self.check(stream, "scale_by kernel", &[1, alpha.len()])?;
+        let n = self.check(stream, "scale_by kernel", &[x.len(), out.len()])?;
+        if n == 0 {
+            return Ok(());
+        }
+        // SAFETY: matches `scale_by_<T>(const T* x, const T* alpha, T* out, n)`; reads alpha[0]
+        // (length checked) and x[0..n], writes out[0..n]; `out` is exclusive.
+        unsafe { T::kernels(self).scale_by.launch(stream, self.config(n), (x, alpha, out, n as u64)) }
     }
 
     /// `y[i] = alpha * x[i] + y[i]`.

@@ -21,6 +21,7 @@
 //! one op before recording a graph to keep compilation out of the recording.
 
 use crate::{Element, Kernels};
+use cuda_async::TunableParam;
 use cuda_async::{
     BufferMut, BufferRef, DeviceError, DeviceOp, ExecutionContext, GraphNode, IntoBufferOp, Op,
 };
@@ -42,7 +43,7 @@ fn one_element(op: &'static str, len: usize) -> cuda_async::Result<()> {
     if len == 1 {
         return Ok(());
     }
-    Err(DeviceError::shape(op, format!("the output must hold exactly 1 element, it holds {len}")))
+    Err(DeviceError::shape(op, format!("a one-element argument holds {len} elements")))
 }
 
 /// `Ok` when `buf` lives on the device of `ctx`'s stream.
@@ -151,6 +152,18 @@ launcher! {
 }
 
 launcher! {
+    /// `out[i] = alpha[0] * x[i]` with the factor in device memory. Built by [`scale_by`].
+    ScaleBy {
+        op: "scale_by",
+        params: { _t: PhantomData<fn() -> T> },
+        inputs: { x: X, alpha: A },
+        output: out: O => DeviceBuffer<T>,
+        check: same_len("scale_by", &[x.len(), out.len()]).and_then(|_| one_element("scale_by", alpha.len())),
+        launch: |k, s| k.scale_by(s, x, alpha, out),
+    }
+}
+
+launcher! {
     /// `y[i] = alpha * x[i] + y[i]`. Built by [`axpy`].
     Axpy {
         op: "axpy",
@@ -215,6 +228,70 @@ where
     O::Out: BufferMut<T>,
 {
     Op::new(Scale { alpha, x: x.into_buffer_op(), out: out.into_buffer_op() })
+}
+
+/// `out[i] = alpha[0] * x[i]` with the factor read from device memory when the kernel runs — e.g. a
+/// [`cuda_async::DeviceScalar`], so a captured graph follows [`cuda_async::DeviceScalar::set`]
+/// without recapture. `alpha` must hold exactly one element (else [`DeviceError::Shape`]).
+pub fn scale_by<T: Element, X: IntoBufferOp<T>, A: IntoBufferOp<T>, O: IntoBufferOp<T>>(
+    x: X,
+    alpha: A,
+    out: O,
+) -> Op<ScaleBy<T, X::Op, A::Op, O::Op>>
+where
+    O::Out: BufferMut<T>,
+{
+    Op::new(ScaleBy {
+        _t: PhantomData,
+        x: x.into_buffer_op(),
+        alpha: alpha.into_buffer_op(),
+        out: out.into_buffer_op(),
+    })
+}
+
+// SAFETY (the three impls below): each launcher's last queued work is exactly one launch of its
+// kernel (argument ops before it queue no kernel of their own in a `GraphNode` chain of values, and
+// any they do queue comes first); the named parameter is a plain value factor or fill value of
+// type `T` in the kernel's signature (`fill_T(out, value, n)`: 1; `scale_T(x, alpha, out, n)`: 1;
+// `axpy_T(alpha, x, y, n)`: 0) and no value of it can make the kernel leave its bounds.
+unsafe impl<T: Element, D> TunableParam for Fill<T, D>
+where
+    D: GraphNode,
+    D::Output: BufferMut<T>,
+{
+    type Param = T;
+    const INDEX: usize = 1;
+    fn function(device: &cuda_core::Device) -> cuda_async::Result<cuda_core::Function> {
+        Ok(T::kernels(Kernels::get(device)?).fill.clone())
+    }
+}
+// SAFETY: see above.
+unsafe impl<T: Element, X, O> TunableParam for Scale<T, X, O>
+where
+    X: GraphNode,
+    X::Output: BufferRef<T>,
+    O: GraphNode,
+    O::Output: BufferMut<T>,
+{
+    type Param = T;
+    const INDEX: usize = 1;
+    fn function(device: &cuda_core::Device) -> cuda_async::Result<cuda_core::Function> {
+        Ok(T::kernels(Kernels::get(device)?).scale.clone())
+    }
+}
+// SAFETY: see above.
+unsafe impl<T: Element, X, Y> TunableParam for Axpy<T, X, Y>
+where
+    X: GraphNode,
+    X::Output: BufferRef<T>,
+    Y: GraphNode,
+    Y::Output: BufferMut<T>,
+{
+    type Param = T;
+    const INDEX: usize = 0;
+    fn function(device: &cuda_core::Device) -> cuda_async::Result<cuda_core::Function> {
+        Ok(T::kernels(Kernels::get(device)?).axpy.clone())
+    }
 }
 
 /// `y[i] = alpha * x[i] + y[i]` (in place in `y`), yielding `y`'s handle.

@@ -1,14 +1,17 @@
 //! `DeviceBuffer<T>`: typed device memory, allocated and freed stream-ordered.
 
+use super::alloc::Allocation;
 use super::order::ordered_on;
 use super::pool::MemPool;
 use super::repr::DeviceRepr;
+use crate::capture;
 use crate::device::Device;
 use crate::error::{check, Error, Result};
 use crate::stream::Stream;
 use cudarc::driver::sys;
 use std::marker::PhantomData;
 use std::mem::size_of;
+use std::sync::Arc;
 
 /// A typed allocation of `len` elements of `T` in device memory.
 ///
@@ -19,11 +22,12 @@ use std::mem::size_of;
 /// - Use on another stream is joined back to the home stream (see [`crate::memory::ordered_on`]),
 ///   so the free is also ordered after uses on other streams. Dropping never blocks the host.
 /// - It keeps its home stream (and pool, if any) alive.
+/// - Graphs that recorded work on it keep the memory alive (through its [`Allocation`]) for as
+///   long as they can replay, even after the buffer itself is dropped.
 pub struct DeviceBuffer<T: DeviceRepr> {
     ptr: sys::CUdeviceptr,
     len: usize,
-    stream: Stream,
-    _pool: Option<MemPool>,
+    alloc: Arc<Allocation>,
     _marker: PhantomData<T>,
 }
 
@@ -72,6 +76,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     fn alloc_impl(stream: &Stream, len: usize, pool: Option<MemPool>) -> Result<Self> {
         let bytes = byte_len::<T>(len)?;
+        capture::refuse_if_capturing(stream, "allocating device memory on a stream being captured")?;
         let mut ptr = 0;
         if bytes > 0 {
             stream.device().bind()?;
@@ -84,7 +89,8 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             };
             check(res, "allocating device memory (stream-ordered)")?;
         }
-        Ok(DeviceBuffer { ptr, len, stream: stream.clone(), _pool: pool, _marker: PhantomData })
+        let alloc = Arc::new(Allocation { ptr, stream: stream.clone(), _pool: pool });
+        Ok(DeviceBuffer { ptr, len, alloc, _marker: PhantomData })
     }
 
     /// Allocates `len` zeroed elements on `stream`.
@@ -147,13 +153,19 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// The home stream: the stream it was allocated on and will be freed on.
     #[inline]
     pub fn home_stream(&self) -> &Stream {
-        &self.stream
+        &self.alloc.stream
+    }
+
+    /// The shared allocation behind the buffer (what graphs keep alive).
+    #[inline]
+    pub fn allocation(&self) -> &Arc<Allocation> {
+        &self.alloc
     }
 
     /// The device that holds the memory.
     #[inline]
     pub fn device(&self) -> &Device {
-        self.stream.device()
+        self.alloc.stream.device()
     }
 
     fn check_device(&self, stream: &Stream, during: &'static str) -> Result<()> {
@@ -182,8 +194,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
+        capture::refuse_if_capturing(stream, "a copy from pageable host memory on a stream being captured")?;
         stream.device().bind()?;
-        ordered_on(stream, &[&self.stream], || {
+        ordered_on(stream, &[&self.alloc], || {
             // SAFETY: `data` is a live slice of exactly size_bytes() bytes; for pageable memory the
             // driver stages it before returning. The destination is our allocation.
             let res = unsafe {
@@ -208,8 +221,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
+        capture::refuse_if_capturing(stream, "a blocking copy to the host on a stream being captured")?;
         stream.device().bind()?;
-        ordered_on(stream, &[&self.stream], || {
+        ordered_on(stream, &[&self.alloc], || {
             // SAFETY: the caller guarantees `out` is writable for size_bytes() bytes; we synchronize
             // below before returning, so the driver's write is complete when the caller resumes.
             let res =
@@ -225,7 +239,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         // SAFETY: the spare capacity holds `len` elements; the copy writes all of them before we
         // set the length, and on error the Vec stays empty.
         unsafe {
-            self.copy_to_host_ptr(&self.stream, out.as_mut_ptr())?;
+            self.copy_to_host_ptr(&self.alloc.stream, out.as_mut_ptr())?;
             out.set_len(self.len);
         }
         Ok(out)
@@ -240,7 +254,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             return Ok(());
         }
         stream.device().bind()?;
-        ordered_on(stream, &[&self.stream, &src.stream], || {
+        ordered_on(stream, &[&self.alloc, &src.alloc], || {
             // SAFETY: two distinct live allocations (`&mut self` excludes aliasing `src`) of
             // size_bytes() bytes each; ordering against both home streams is handled above.
             let res =
@@ -256,7 +270,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             return Ok(());
         }
         stream.device().bind()?;
-        ordered_on(stream, &[&self.stream], || {
+        ordered_on(stream, &[&self.alloc], || {
             // SAFETY: our allocation of size_bytes() bytes.
             let res = unsafe { sys::cuMemsetD8Async(self.ptr, 0, self.size_bytes(), stream.raw()) };
             check(res, "memset")
@@ -271,7 +285,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         }
         let (ptr, len, s) = (self.ptr, self.len, stream.raw());
         stream.device().bind()?;
-        ordered_on(stream, &[&self.stream], || {
+        ordered_on(stream, &[&self.alloc], || {
             // SAFETY (all arms): writes exactly len elements of size_of::<T>() bytes inside our
             // allocation; reading `value`'s bytes as an integer of the same size is sound for POD.
             let res = unsafe {
@@ -298,16 +312,5 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             };
             check(res, "fill")
         })
-    }
-}
-
-impl<T: DeviceRepr> Drop for DeviceBuffer<T> {
-    fn drop(&mut self) {
-        if self.ptr == 0 || self.stream.device().bind().is_err() {
-            return;
-        }
-        // SAFETY: we own the allocation; the free is queued on the home stream, after every use
-        // (uses on other streams were joined back to it). Errors cannot be reported from drop.
-        unsafe { sys::cuMemFreeAsync(self.ptr, self.stream.raw()) };
     }
 }

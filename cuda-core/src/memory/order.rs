@@ -5,21 +5,42 @@
 //! itself. Work on any other stream is *joined*: before it, the other stream waits for everything
 //! queued so far on the home stream; after it, the home stream waits for it. So every later use,
 //! and the final free, is ordered after it, whichever stream it ran on. This costs nothing for
-//! same-stream use and two event records and waits per foreign home stream otherwise.
+//! same-stream use and two pooled event records and waits per foreign home stream otherwise.
+//!
+//! While the stream is being captured into a graph, the uses are recorded instead (the graph keeps
+//! the allocations alive) and no join is made; replays of the graph make the joins.
 
+use super::alloc::Allocation;
+use crate::capture::{self, Uses};
 use crate::error::Result;
 use crate::stream::Stream;
+use std::sync::Arc;
 
-/// Runs `enqueue` (which queues work on `on`) so that it is ordered after all work queued so far on
-/// each stream in `homes`, and that each of them is ordered after it. Homes equal to `on` cost
-/// nothing. The join back to the homes is queued even if `enqueue` fails.
-pub fn ordered_on<R>(on: &Stream, homes: &[&Stream], enqueue: impl FnOnce() -> Result<R>) -> Result<R> {
-    let foreign = |h: &&&Stream| **h != on;
-    for h in homes.iter().filter(foreign) {
+/// Runs `enqueue` (which queues work on `on` using the allocations `uses`) so that it is ordered
+/// after all work queued so far on each allocation's home stream, and each home stream after it.
+/// Homes equal to `on` cost nothing. The join back to the homes is queued even if `enqueue` fails.
+pub fn ordered_on<R>(
+    on: &Stream,
+    uses: &[&Arc<Allocation>],
+    enqueue: impl FnOnce() -> Result<R>,
+) -> Result<R> {
+    if let Uses::Captured = capture::note_uses(on, uses)? {
+        return enqueue();
+    }
+    join_homes(on, uses.iter().map(|a| &a.stream), enqueue)
+}
+
+/// The join of [`ordered_on`] over explicit home streams (no capture bookkeeping).
+pub(crate) fn join_homes<'a, R>(
+    on: &Stream,
+    homes: impl Iterator<Item = &'a Stream> + Clone,
+    enqueue: impl FnOnce() -> Result<R>,
+) -> Result<R> {
+    for h in homes.clone().filter(|h| *h != on) {
         on.wait_stream(h)?;
     }
     let out = enqueue();
-    for h in homes.iter().filter(foreign) {
+    for h in homes.filter(|h| *h != on) {
         h.wait_stream(on)?;
     }
     out

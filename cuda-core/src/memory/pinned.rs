@@ -3,6 +3,7 @@
 use super::buffer::DeviceBuffer;
 use super::order::ordered_on;
 use super::repr::DeviceRepr;
+use crate::capture;
 use crate::device::Device;
 use crate::error::{check, Error, Result};
 use crate::event::{Event, PooledEvent};
@@ -116,10 +117,14 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
+        capture::refuse_if_capturing(
+            stream,
+            "an async copy with pinned host memory on a stream being captured",
+        )?;
         // A previous transfer may still write into `self`; the stream order only covers `stream`.
         self.wait()?;
         stream.device().bind()?;
-        ordered_on(stream, &[dst.home_stream()], || {
+        ordered_on(stream, &[dst.allocation()], || {
             // SAFETY: both ranges are live and exactly size_bytes() long; `self` stays alive and
             // unwritten by the host until `pending` (recorded below) completes.
             let res = unsafe {
@@ -143,9 +148,13 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
+        capture::refuse_if_capturing(
+            stream,
+            "an async copy with pinned host memory on a stream being captured",
+        )?;
         self.wait()?;
         stream.device().bind()?;
-        ordered_on(stream, &[src.home_stream()], || {
+        ordered_on(stream, &[src.allocation()], || {
             // SAFETY: both ranges are live and exactly size_bytes() long; the host cannot read or
             // free `self` before `pending` (recorded below) completes.
             let res = unsafe {

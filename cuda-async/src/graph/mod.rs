@@ -1,0 +1,264 @@
+//! CUDA graphs from ops: capture, scopes, replay as an awaitable op, updates, and `Module`.
+//!
+//! Safety comes from the layers below: every buffer a captured node uses is kept alive by the
+//! executable graph (`cuda-core`'s capture registry), each replay is joined to the home streams of
+//! those buffers like any other use, allocations, frees, host callbacks and synchronisation are
+//! refused on a capturing stream, and only [`GraphNode`] ops can be recorded. See
+//! `docs/guide.md`, "Graphs", for the numbered argument and the tests behind each point.
+
+mod launch;
+mod module;
+mod options;
+mod params;
+mod scope;
+
+pub use launch::Launch;
+pub use module::Module;
+pub use options::CaptureOptions;
+pub use params::{DeviceScalar, ParamHandle, TunableParam};
+pub use scope::Scope;
+
+use crate::op::execute_locked;
+use crate::{lock, DeviceError, DeviceOp, DeviceOpExt, GraphNode, Op, Result};
+use cuda_core::{ExecUpdate, Graph, GraphExec, Stream};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A captured, instantiated and uploaded CUDA graph, with the output of the recording.
+///
+/// Guarantees (see the module docs): replays cannot run on freed memory, do not race other uses of
+/// the buffers they touch, and are ordered with [`CudaGraph::update`]s and with host reads of those
+/// buffers, on whatever stream each runs.
+pub struct CudaGraph<T> {
+    pub(crate) exec: GraphExec,
+    graph: Graph,
+    stream: Stream,
+    options: CaptureOptions,
+    output: Option<T>,
+    pub(crate) replays: AtomicU64,
+    id: u64,
+}
+
+impl<T> std::fmt::Debug for CudaGraph<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaGraph")
+            .field("stream", &self.stream)
+            .field("replays", &self.replays())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which path [`CudaGraph::recapture`] took.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecapturePath {
+    /// The topology was unchanged: the executable graph was updated in place (`cuGraphExecUpdate`).
+    Updated,
+    /// The executable graph was instantiated anew; `reason` says why the update was refused (or
+    /// that a reset was asked for).
+    Reinstantiated {
+        /// Why the in-place update was not used.
+        reason: String,
+    },
+}
+
+/// Ends a capture if the closure unwinds, so the stream and context stay usable.
+struct EndOnUnwind<'a> {
+    stream: &'a Stream,
+    armed: bool,
+}
+
+impl Drop for EndOnUnwind<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // Discard whatever was recorded; the error (if any) cannot be reported from here.
+            let _ = self.stream.end_capture();
+        }
+    }
+}
+
+/// Records `f` into a graph on `stream` under the exclusive execution lock.
+fn record<R>(
+    stream: &Stream,
+    options: &CaptureOptions,
+    id: u64,
+    f: impl FnOnce(&mut Scope<'_>) -> Result<R>,
+) -> Result<(Graph, R)> {
+    let _guard = lock::acquire_exclusive("a graph capture started inside another op's execution")?;
+    stream.begin_capture(options.mode)?;
+    let mut end = EndOnUnwind { stream, armed: true };
+    let out = f(&mut Scope { stream, graph_id: id, _not_send: PhantomData });
+    end.armed = false;
+    let graph = stream.end_capture();
+    let out = out?;
+    Ok((graph?, out))
+}
+
+impl<T> CudaGraph<T> {
+    fn build(stream: &Stream, options: CaptureOptions, graph: Graph, output: T, id: u64) -> Result<Self> {
+        let exec = graph.instantiate_and_upload(options.flags, stream)?;
+        Ok(CudaGraph {
+            exec,
+            graph,
+            stream: stream.clone(),
+            options,
+            output: Some(output),
+            replays: AtomicU64::new(0),
+            id,
+        })
+    }
+
+    /// Captures `op` on `stream` with default [`CaptureOptions`]: records it (nothing runs),
+    /// instantiates and uploads the graph.
+    pub fn capture<O: GraphNode<Output = T>>(stream: &Stream, op: O) -> Result<Self> {
+        Self::capture_with(stream, CaptureOptions::default(), op)
+    }
+
+    /// Like [`CudaGraph::capture`] with `options`. Warm-up runs need an op that can be built again:
+    /// use [`CudaGraph::capture_fn`]; here `warmup_runs > 0` is an error.
+    pub fn capture_with<O: GraphNode<Output = T>>(
+        stream: &Stream,
+        options: CaptureOptions,
+        op: O,
+    ) -> Result<Self> {
+        if options.warmup_runs > 0 {
+            return Err(DeviceError::Scheduling("warm-up runs need CudaGraph::capture_fn".into()));
+        }
+        Self::scope_with(stream, options, |s| s.record(op))
+    }
+
+    /// Runs `make()` normally `options.warmup_runs` times on `stream` (waiting for each), then
+    /// captures `make()`.
+    pub fn capture_fn<O: GraphNode<Output = T>>(
+        stream: &Stream,
+        options: CaptureOptions,
+        mut make: impl FnMut() -> O,
+    ) -> Result<Self> {
+        for _ in 0..options.warmup_runs {
+            make().sync_on(stream)?;
+        }
+        Self::scope_with(stream, CaptureOptions { warmup_runs: 0, ..options }, |s| s.record(make()))
+    }
+
+    /// Captures everything `f` records into one graph on `stream` (modelled on
+    /// `std::thread::scope`). `f` gets a [`Scope`]; its return value becomes the graph's output.
+    ///
+    /// While `f` runs, this thread holds the process-wide execution lock exclusively: other
+    /// threads' op executions wait, and nested `sync`/`sync_on`/`.await`/captures inside `f` are
+    /// errors. If `f` returns an error or panics, the capture is ended and discarded, and the stream
+    /// and context stay usable.
+    pub fn scope(stream: &Stream, f: impl FnOnce(&mut Scope<'_>) -> Result<T>) -> Result<Self> {
+        Self::scope_with(stream, CaptureOptions::default(), f)
+    }
+
+    /// [`CudaGraph::scope`] with `options` (`warmup_runs` is ignored: a closure runs once).
+    pub fn scope_with(
+        stream: &Stream,
+        options: CaptureOptions,
+        f: impl FnOnce(&mut Scope<'_>) -> Result<T>,
+    ) -> Result<Self> {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let (graph, output) = record(stream, &options, id, f)?;
+        Self::build(stream, options, graph, output, id)
+    }
+
+    /// One replay as an op. It borrows the graph, so it cannot outlive it.
+    pub fn launch(&self) -> Op<Launch<'_, T>>
+    where
+        T: Sync,
+    {
+        Op::new(Launch { graph: self })
+    }
+
+    /// Takes the output of the recording (e.g. handles to the graph's output buffers).
+    pub fn take_output(&mut self) -> Option<T> {
+        self.output.take()
+    }
+
+    /// The output of the recording, if not taken.
+    pub fn output(&self) -> Option<&T> {
+        self.output.as_ref()
+    }
+
+    /// Executes `op` (typically a copy into one of the graph's input buffers) on the graph's
+    /// stream without waiting. Like every buffer use, it is ordered after replays already queued and
+    /// before replays queued later, whichever streams they run on.
+    pub fn update<O: DeviceOp>(&self, op: O) -> Result<O::Output> {
+        execute_locked(op, &self.stream, "CudaGraph::update inside another op's execution")
+    }
+
+    /// How many replays have been queued.
+    pub fn replays(&self) -> u64 {
+        self.replays.load(Ordering::Relaxed)
+    }
+
+    /// The stream the graph was captured on (where `update` runs).
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// The captured graph (for introspection: node count, DOT export).
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// Sets a tunable kernel parameter for future replays (`cuGraphExecKernelNodeSetParams`);
+    /// replays already queued are unaffected. The handle must come from this graph's current
+    /// capture.
+    pub fn set_param<P: cuda_core::DeviceRepr>(&self, handle: &ParamHandle<P>, value: P) -> Result<()> {
+        if handle.graph_id != self.id {
+            return Err(DeviceError::Scheduling(
+                "the parameter handle belongs to another graph or capture".into(),
+            ));
+        }
+        // SAFETY: the handle was made by `Scope::record_param` during this graph's current capture
+        // (same id), so `node` is a kernel node of `self.graph`, which is alive and is the graph
+        // `self.exec` was instantiated from. `TunableParam` guarantees parameter `index` has type
+        // `P` and accepts any value; the driver also checks the size.
+        unsafe { self.exec.set_kernel_param(handle.node, handle.index, value)? };
+        Ok(())
+    }
+
+    /// Records `op` again and applies it: in place with `cuGraphExecUpdate` when the topology is
+    /// unchanged, otherwise by instantiating anew. Returns which path was taken. Parameter handles
+    /// of the previous capture stop working either way.
+    pub fn recapture<O: GraphNode<Output = T>>(&mut self, op: O) -> Result<RecapturePath> {
+        self.recapture_scope(|s| s.record(op))
+    }
+
+    /// [`CudaGraph::recapture`] with a scope closure.
+    pub fn recapture_scope(&mut self, f: impl FnOnce(&mut Scope<'_>) -> Result<T>) -> Result<RecapturePath> {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let (graph, output) = record(&self.stream, &self.options, id, f)?;
+        let path = match self.exec.update(&graph)? {
+            ExecUpdate::Updated => {
+                // Node handles of the new graph do not name the executable's nodes: invalidate.
+                self.id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+                RecapturePath::Updated
+            }
+            ExecUpdate::Refused { reason, node_type } => {
+                self.exec = graph.instantiate_and_upload(self.options.flags, &self.stream)?;
+                self.id = id;
+                let at = node_type.map(|t| format!(" at a {t} node")).unwrap_or_default();
+                RecapturePath::Reinstantiated { reason: format!("{reason}{at}") }
+            }
+        };
+        self.graph = graph;
+        self.output = Some(output);
+        Ok(path)
+    }
+
+    /// Drops the executable graph and captures `op` anew, always instantiating (flodl's `reset`
+    /// followed by a capture). Parameter handles of the previous capture stop working.
+    pub fn reset_and_recapture<O: GraphNode<Output = T>>(&mut self, op: O) -> Result<()> {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let (graph, output) = record(&self.stream, &self.options, id, |s| s.record(op))?;
+        self.exec = graph.instantiate_and_upload(self.options.flags, &self.stream)?;
+        self.graph = graph;
+        self.output = Some(output);
+        self.id = id;
+        Ok(())
+    }
+}

@@ -1,0 +1,40 @@
+//! `Scope`: what a capture closure records into.
+
+use super::params::{ParamHandle, TunableParam};
+use crate::{DeviceError, ExecutionContext, GraphNode, Result};
+use cuda_core::Stream;
+use std::marker::PhantomData;
+
+/// The recorder handed to the closure of [`crate::graph::CudaGraph::scope`].
+///
+/// It accepts only [`GraphNode`] ops (no allocation, free or synchronisation can be recorded), and
+/// consumes each one, so a buffer written by one `record` can be read by the next. It is neither
+/// `Send` nor `Sync`: it cannot leave the capturing thread, whose capture it belongs to.
+pub struct Scope<'s> {
+    pub(crate) stream: &'s Stream,
+    pub(crate) graph_id: u64,
+    pub(crate) _not_send: PhantomData<*const ()>,
+}
+
+impl Scope<'_> {
+    /// Records `op` into the graph and returns its output (handles to the buffers the graph will
+    /// read and write on every replay).
+    pub fn record<O: GraphNode>(&mut self, op: O) -> Result<O::Output> {
+        op.execute(&ExecutionContext::new(self.stream))
+    }
+
+    /// Records `op` and returns, with its output, a handle that changes its tunable kernel
+    /// parameter in the instantiated graph without recapture.
+    pub fn record_param<O: TunableParam>(&mut self, op: O) -> Result<(O::Output, ParamHandle<O::Param>)> {
+        let expected = O::function(self.stream.device())?;
+        let out = self.record(op)?;
+        let not_it =
+            || DeviceError::Scheduling("record_param: the op's last recorded work is not its kernel".into());
+        let node = self.stream.last_captured_kernel_node()?.ok_or_else(not_it)?;
+        // SAFETY: the node belongs to the graph being captured, which is alive.
+        if !unsafe { node.launches(&expected)? } {
+            return Err(not_it());
+        }
+        Ok((out, ParamHandle { graph_id: self.graph_id, node, index: O::INDEX, _p: PhantomData }))
+    }
+}

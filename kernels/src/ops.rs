@@ -230,6 +230,10 @@ where
     Op::new(Scale { alpha, x: x.into_buffer_op(), out: out.into_buffer_op() })
 }
 
+/// The op [`scale_by`] returns.
+pub type ScaleByOp<T, X, A, O> =
+    Op<ScaleBy<T, <X as IntoBufferOp<T>>::Op, <A as IntoBufferOp<T>>::Op, <O as IntoBufferOp<T>>::Op>>;
+
 /// `out[i] = alpha[0] * x[i]` with the factor read from device memory when the kernel runs — e.g. a
 /// [`cuda_async::DeviceScalar`], so a captured graph follows [`cuda_async::DeviceScalar::set`]
 /// without recapture. `alpha` must hold exactly one element (else [`DeviceError::Shape`]).
@@ -237,7 +241,7 @@ pub fn scale_by<T: Element, X: IntoBufferOp<T>, A: IntoBufferOp<T>, O: IntoBuffe
     x: X,
     alpha: A,
     out: O,
-) -> Op<ScaleBy<T, X::Op, A::Op, O::Op>>
+) -> ScaleByOp<T, X, A, O>
 where
     O::Out: BufferMut<T>,
 {

@@ -331,9 +331,7 @@ fn graph_capture() -> TestResult {
     ensure(g.node_count()? == 4, format!("axpy, scale, memset, sum: 4 nodes, got {}", g.node_count()?))?;
     let exec = g.instantiate_and_upload(InstantiateFlags::NONE, &s)?;
     for _ in 0..3 {
-        // SAFETY: the graph reads `x` and writes `y`, `out` and `total`, all alive and unused
-        // elsewhere until the synchronize below.
-        unsafe { exec.launch(&s)? };
+        exec.launch(&s)?;
     }
     s.synchronize()?;
     let y3 = dt.zip(|p, q| 3.0 * dt.a * p + q);

@@ -74,6 +74,10 @@ impl<O: DeviceOp> DeviceFuture<O> {
             Target::Policy(p) => p.next_stream()?,
             Target::Stream(s) => s,
         };
+        if stream.is_being_captured() {
+            // Nothing would run: the work would be recorded, and no completion could ever fire.
+            return Err(cuda_core::Error::Capture("awaiting an op on a stream being captured").into());
+        }
         let output =
             execute_locked(op, &stream, "an op future was first polled inside another op's execution")?;
         let budget = scheduling::await_spin();

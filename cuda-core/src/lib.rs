@@ -30,7 +30,10 @@ pub use device::{Device, DeviceAttribute};
 pub use driver::{device_count, driver_version, gpu_available, MIN_DRIVER_CUDA_VERSION};
 pub use error::{Error, Result};
 pub use event::{Event, PooledEvent};
-pub use graph::{CaptureMode, CaptureStatus, ExecUpdate, Graph, GraphExec, InstantiateFlags, KernelNode};
+pub use graph::{
+    CaptureMode, CaptureStatus, Conditional, ConditionalKind, ExecUpdate, Graph, GraphBody, GraphExec,
+    GraphMem, InstantiateFlags, KernelNode, Node, NodeType,
+};
 pub use memory::{Allocation, DeviceBuffer, DeviceRepr, MemPool, PinnedBuffer, PoolStats};
 pub use module::{Function, FunctionAttribute, KernelArgs, KernelParam, LaunchConfig, Module};
 pub use stream::{Stream, StreamStatus};

@@ -236,6 +236,11 @@ impl Function {
         self.raw
     }
 
+    /// The device the function's module is loaded on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
     /// Reads a function attribute (e.g. `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`).
     pub fn attribute(&self, attr: FunctionAttribute) -> Result<i32> {
         let mut v = 0;

@@ -12,7 +12,17 @@ use crate::error::{check, Error, Result};
 use crate::memory::{ordered_on, Allocation};
 use crate::stream::Stream;
 use cudarc::driver::sys;
+use std::any::Any;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+mod build;
+mod conditional;
+mod dot;
+
+pub use build::{GraphBody, GraphMem, Node, NodeType};
+pub use conditional::{Conditional, ConditionalKind};
 
 /// How a stream capture interacts with other threads' CUDA calls (`CUstreamCaptureMode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +107,11 @@ impl Stream {
             }
             return Err(Error::driver(res, "ending stream capture"));
         }
-        Ok(Graph { raw, device: *self.device(), keep: record.keep.into() })
+        let mut keep = Keep::default();
+        for a in record.keep {
+            keep.add_alloc(&a);
+        }
+        Ok(Graph { raw, device: *self.device(), id: next_id(), keep, bodies: 0 })
     }
 
     /// The kernel node most recently captured on this stream, if the capture's current frontier is
@@ -134,7 +148,13 @@ impl Stream {
         Ok((ty == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL).then_some(KernelNode(node)))
     }
 
-    /// The capture status of this stream.
+    /// Whether a capture started through this crate ([`Stream::begin_capture`]) is recording this
+    /// stream. Cheap: one atomic load when no capture is active anywhere.
+    pub fn is_being_captured(&self) -> bool {
+        capture::is_capturing(self)
+    }
+
+    /// The capture status of this stream, as the driver reports it.
     pub fn capture_status(&self) -> Result<CaptureStatus> {
         self.device().bind()?;
         let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
@@ -175,11 +195,46 @@ impl KernelNode {
     }
 }
 
-/// An owned graph (`CUgraph`), destroyed on drop. It keeps every allocation its captured nodes use.
+/// What a graph keeps alive for as long as it, or an executable made from it, can run: every
+/// allocation its nodes use, and host closures, events and child-graph bookkeeping.
+#[derive(Default, Clone)]
+pub(crate) struct Keep {
+    pub(crate) allocs: Vec<Arc<Allocation>>,
+    seen: HashSet<usize>,
+    pub(crate) extras: Vec<Arc<dyn Any + Send + Sync>>,
+}
+
+impl Keep {
+    pub(crate) fn add_alloc(&mut self, a: &Arc<Allocation>) {
+        if a.ptr != 0 && self.seen.insert(Arc::as_ptr(a) as usize) {
+            self.allocs.push(a.clone());
+        }
+    }
+
+    pub(crate) fn merge(&mut self, other: &Keep) {
+        for a in &other.allocs {
+            self.add_alloc(a);
+        }
+        self.extras.extend(other.extras.iter().cloned());
+    }
+}
+
+fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// An owned graph (`CUgraph`), destroyed on drop. It keeps every allocation its nodes use (nodes
+/// recorded by stream capture through this crate, or added explicitly), plus the host closures and
+/// events of its nodes.
 pub struct Graph {
     raw: sys::CUgraph,
     device: Device,
-    keep: Arc<[Arc<Allocation>]>,
+    /// Identifies the graph in [`Node`] handles, so nodes of another graph are refused.
+    id: u64,
+    keep: Keep,
+    /// How many conditional bodies were created (each gets its own node-id space).
+    bodies: u64,
 }
 
 // SAFETY: graph handles may be moved between threads; all mutation goes through `&mut self`.
@@ -202,12 +257,12 @@ impl Graph {
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer; flags must be 0.
         check(unsafe { sys::cuGraphCreate(&mut raw, 0) }, "creating a graph")?;
-        Ok(Graph { raw, device: *device, keep: Arc::from(Vec::new()) })
+        Ok(Graph { raw, device: *device, id: next_id(), keep: Keep::default(), bodies: 0 })
     }
 
     /// The allocations this graph's nodes use (kept alive by the graph and its executables).
     pub fn allocations(&self) -> &[Arc<Allocation>] {
-        &self.keep
+        &self.keep.allocs
     }
 
     /// The raw handle, valid while `self` lives.
@@ -246,7 +301,8 @@ impl Graph {
             unsafe { sys::cuGraphInstantiateWithFlags(&mut raw, self.raw, flags.0) },
             "instantiating a graph",
         )?;
-        let mut exec = GraphExec { raw, device: self.device, keep: Arc::from(Vec::new()), homes: Vec::new() };
+        let mut exec =
+            GraphExec { raw, device: self.device, keep: Arc::new(Keep::default()), homes: Vec::new() };
         exec.adopt(self);
         Ok(exec)
     }
@@ -266,7 +322,7 @@ impl Graph {
 pub struct GraphExec {
     raw: sys::CUgraphExec,
     device: Device,
-    keep: Arc<[Arc<Allocation>]>,
+    keep: Arc<Keep>,
     /// The distinct home streams of `keep`.
     homes: Vec<Stream>,
 }
@@ -315,9 +371,9 @@ impl GraphExec {
     }
 
     fn adopt(&mut self, graph: &Graph) {
-        self.keep = graph.keep.clone();
+        self.keep = Arc::new(graph.keep.clone());
         self.homes.clear();
-        for a in graph.keep.iter() {
+        for a in graph.keep.allocs.iter() {
             if !self.homes.contains(a.home_stream()) {
                 self.homes.push(a.home_stream().clone());
             }
@@ -326,7 +382,7 @@ impl GraphExec {
 
     /// The allocations the executable graph keeps alive.
     pub fn allocations(&self) -> &[Arc<Allocation>] {
-        &self.keep
+        &self.keep.allocs
     }
 
     /// Queues one replay of the graph on `stream`.
@@ -342,7 +398,7 @@ impl GraphExec {
             check(unsafe { sys::cuGraphLaunch(self.raw, stream.raw()) }, "launching a graph")
         };
         if capture::any_active() {
-            let uses: Vec<&Arc<Allocation>> = self.keep.iter().collect();
+            let uses: Vec<&Arc<Allocation>> = self.keep.allocs.iter().collect();
             ordered_on(stream, &uses, go)
         } else {
             crate::memory::join_homes(stream, self.homes.iter(), go)

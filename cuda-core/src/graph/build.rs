@@ -1,0 +1,393 @@
+//! Building graphs node by node.
+//!
+//! [`Graph::builder`] (and each conditional body) hands out a [`GraphBody`] to which nodes are
+//! added with explicit dependencies. Every node that touches device memory takes the buffer itself,
+//! so its allocation joins the graph's keep-alive set (like captured work); host closures and
+//! events are kept alive by the graph too. Nodes are plain handles that remember which graph (or
+//! body) they belong to: a dependency on a node of another graph is an error, not a dangling
+//! handle.
+
+use super::{Graph, Keep};
+use crate::device::Device;
+use crate::error::{check, Error, Result};
+use crate::event::Event;
+use crate::memory::{DeviceBuffer, DeviceRepr};
+use crate::module::{Function, KernelArgs, LaunchConfig};
+use cudarc::driver::sys;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// A node of a graph or of a conditional body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Node {
+    pub(crate) raw: sys::CUgraphNode,
+    pub(crate) owner: (u64, u64),
+}
+
+// SAFETY: a node handle is an opaque pointer that the driver lets any thread use; it is only ever
+// passed back to the graph it came from (checked by `owner`).
+unsafe impl Send for Node {}
+// SAFETY: as above; immutable.
+unsafe impl Sync for Node {}
+
+/// The type of a node (`CUgraphNodeType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeType {
+    /// A kernel launch.
+    Kernel,
+    /// A memory copy.
+    Memcpy,
+    /// A memset.
+    Memset,
+    /// A host function.
+    Host,
+    /// A child graph.
+    ChildGraph,
+    /// An empty node (a barrier).
+    Empty,
+    /// Waits for an event.
+    EventWait,
+    /// Records an event.
+    EventRecord,
+    /// Allocates graph-owned memory.
+    MemAlloc,
+    /// Frees graph-owned memory.
+    MemFree,
+    /// A conditional (IF / WHILE) node.
+    Conditional,
+    /// Anything else, with the driver's raw value.
+    Other(u32),
+}
+
+impl NodeType {
+    pub(crate) fn from_raw(t: sys::CUgraphNodeType) -> NodeType {
+        use sys::CUgraphNodeType::*;
+        match t {
+            CU_GRAPH_NODE_TYPE_KERNEL => NodeType::Kernel,
+            CU_GRAPH_NODE_TYPE_MEMCPY => NodeType::Memcpy,
+            CU_GRAPH_NODE_TYPE_MEMSET => NodeType::Memset,
+            CU_GRAPH_NODE_TYPE_HOST => NodeType::Host,
+            CU_GRAPH_NODE_TYPE_GRAPH => NodeType::ChildGraph,
+            CU_GRAPH_NODE_TYPE_EMPTY => NodeType::Empty,
+            CU_GRAPH_NODE_TYPE_WAIT_EVENT => NodeType::EventWait,
+            CU_GRAPH_NODE_TYPE_EVENT_RECORD => NodeType::EventRecord,
+            CU_GRAPH_NODE_TYPE_MEM_ALLOC => NodeType::MemAlloc,
+            CU_GRAPH_NODE_TYPE_MEM_FREE => NodeType::MemFree,
+            CU_GRAPH_NODE_TYPE_CONDITIONAL => NodeType::Conditional,
+            other => NodeType::Other(other as u32),
+        }
+    }
+}
+
+/// Device memory owned by a graph: allocated by a mem-alloc node and valid only between that node
+/// and the matching mem-free node within each replay. It has no host-side owner; use it only as a
+/// raw kernel argument of nodes ordered between the two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GraphMem {
+    /// The device address (fixed for the graph's lifetime).
+    pub ptr: sys::CUdeviceptr,
+    /// Its size in bytes.
+    pub bytes: usize,
+}
+
+/// Adds nodes to a graph or to a conditional body. Obtained from [`Graph::builder`] or inside
+/// [`GraphBody::add_if`] / [`GraphBody::add_while`].
+pub struct GraphBody<'g> {
+    pub(crate) raw: sys::CUgraph,
+    pub(crate) owner: (u64, u64),
+    pub(crate) device: Device,
+    pub(crate) keep: &'g mut Keep,
+    pub(crate) bodies: &'g mut u64,
+}
+
+impl Graph {
+    /// A builder that adds nodes to this graph.
+    pub fn builder(&mut self) -> GraphBody<'_> {
+        GraphBody {
+            raw: self.raw,
+            owner: (self.id, 0),
+            device: self.device,
+            keep: &mut self.keep,
+            bodies: &mut self.bodies,
+        }
+    }
+
+    /// All nodes of the graph (top level; conditional bodies and child graphs not expanded).
+    pub fn nodes(&self) -> Result<Vec<Node>> {
+        let mut n = self.node_count()?;
+        let mut raw = vec![std::ptr::null_mut(); n];
+        // SAFETY: `raw` has room for `n` nodes; the driver writes at most `n` and updates `n`.
+        check(unsafe { sys::cuGraphGetNodes(self.raw, raw.as_mut_ptr(), &mut n) }, "listing graph nodes")?;
+        raw.truncate(n);
+        Ok(raw.into_iter().map(|raw| Node { raw, owner: (self.id, 0) }).collect())
+    }
+
+    /// The type of each top-level node, in [`Graph::nodes`] order.
+    pub fn node_types(&self) -> Result<Vec<NodeType>> {
+        self.nodes()?.iter().map(node_type).collect()
+    }
+}
+
+/// The type of `node`.
+pub(crate) fn node_type(node: &Node) -> Result<NodeType> {
+    let mut t = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+    // SAFETY: a live node (nodes are only handed out while their graph lives and is borrowed).
+    check(unsafe { sys::cuGraphNodeGetType(node.raw, &mut t) }, "reading a node type")?;
+    Ok(NodeType::from_raw(t))
+}
+
+impl<'g> GraphBody<'g> {
+    pub(crate) fn dep(&self, d: &Node) -> Result<sys::CUgraphNode> {
+        if d.owner == self.owner {
+            Ok(d.raw)
+        } else {
+            Err(Error::InvalidArgument("a dependency belongs to another graph or body".into()))
+        }
+    }
+
+    fn deps(&self, deps: &[Node]) -> Result<Vec<sys::CUgraphNode>> {
+        deps.iter().map(|d| self.dep(d)).collect()
+    }
+
+    fn node(&self, raw: sys::CUgraphNode) -> Node {
+        Node { raw, owner: self.owner }
+    }
+
+    fn add(
+        &mut self,
+        deps: &[Node],
+        during: &'static str,
+        f: impl FnOnce(*mut sys::CUgraphNode, *const sys::CUgraphNode, usize) -> sys::CUresult,
+    ) -> Result<Node> {
+        let deps = self.deps(deps)?;
+        self.device.bind()?;
+        let mut raw = std::ptr::null_mut();
+        check(f(&mut raw, deps.as_ptr(), deps.len()), during)?;
+        Ok(self.node(raw))
+    }
+
+    /// An empty node: a barrier joining `deps`.
+    pub fn add_empty(&mut self, deps: &[Node]) -> Result<Node> {
+        let g = self.raw;
+        // SAFETY: live graph; `deps` are nodes of it (checked); valid out-pointer.
+        self.add(deps, "adding an empty node", |out, d, n| unsafe { sys::cuGraphAddEmptyNode(out, g, d, n) })
+    }
+
+    /// Sets every element of `dst` to `value` (element sizes 1, 2 or 4 bytes).
+    pub fn add_memset<T: DeviceRepr>(
+        &mut self,
+        dst: &mut DeviceBuffer<T>,
+        value: T,
+        deps: &[Node],
+    ) -> Result<Node> {
+        let size = std::mem::size_of::<T>();
+        let bits = match size {
+            // SAFETY (all three): reading the value's bytes as an integer of the same size.
+            1 => (unsafe { std::mem::transmute_copy::<T, u8>(&value) }) as u32,
+            2 => (unsafe { std::mem::transmute_copy::<T, u16>(&value) }) as u32,
+            4 => unsafe { std::mem::transmute_copy::<T, u32>(&value) },
+            n => {
+                return Err(Error::InvalidArgument(format!(
+                    "memset nodes take 1-, 2- or 4-byte elements, not {n}"
+                )))
+            }
+        };
+        self.check_device(dst.device())?;
+        self.keep.add_alloc(dst.allocation());
+        let p = sys::CUDA_MEMSET_NODE_PARAMS {
+            dst: dst.device_ptr(),
+            pitch: 0,
+            value: bits,
+            elementSize: size as u32,
+            width: dst.len(),
+            height: 1,
+        };
+        let (g, ctx) = (self.raw, self.device.cu_context());
+        // SAFETY: live graph and context; the memset covers exactly `dst`'s elements, which stay
+        // allocated while the graph can run (kept above).
+        self.add(deps, "adding a memset node", |out, d, n| unsafe {
+            sys::cuGraphAddMemsetNode(out, g, d, n, &p, ctx)
+        })
+    }
+
+    /// Copies `src` into `dst` (device to device; lengths must match).
+    pub fn add_copy<T: DeviceRepr>(
+        &mut self,
+        src: &DeviceBuffer<T>,
+        dst: &mut DeviceBuffer<T>,
+        deps: &[Node],
+    ) -> Result<Node> {
+        if src.len() != dst.len() {
+            return Err(Error::LengthMismatch {
+                during: "adding a copy node",
+                expected: dst.len(),
+                actual: src.len(),
+            });
+        }
+        self.check_device(src.device())?;
+        self.check_device(dst.device())?;
+        self.keep.add_alloc(src.allocation());
+        self.keep.add_alloc(dst.allocation());
+        // SAFETY: zeroed is valid for this plain C struct; we fill what a 1-D copy needs.
+        let mut p: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+        p.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        p.srcDevice = src.device_ptr();
+        p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        p.dstDevice = dst.device_ptr();
+        p.WidthInBytes = src.size_bytes();
+        p.Height = 1;
+        p.Depth = 1;
+        let (g, ctx) = (self.raw, self.device.cu_context());
+        // SAFETY: live graph and context; both ranges are exactly size_bytes() and stay allocated.
+        self.add(deps, "adding a copy node", |out, d, n| unsafe {
+            sys::cuGraphAddMemcpyNode(out, g, d, n, &p, ctx)
+        })
+    }
+
+    /// Runs `f` on a driver thread each time the node is reached in a replay. `f` is owned by the
+    /// graph (and its executables) and lives as long as any of them, so it never dangles. It must
+    /// not call CUDA; a panic inside it is caught (and lost).
+    pub fn add_host<F: Fn() + Send + Sync + 'static>(&mut self, f: F, deps: &[Node]) -> Result<Node> {
+        unsafe extern "C" fn trampoline<F: Fn() + Send + Sync + 'static>(data: *mut c_void) {
+            // SAFETY: `data` points to the `F` inside an `Arc` kept by the graph and its
+            // executables, alive for as long as the node can run.
+            let f = unsafe { &*(data as *const F) };
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        }
+        let f = Arc::new(f);
+        let p = sys::CUDA_HOST_NODE_PARAMS {
+            fn_: Some(trampoline::<F>),
+            userData: Arc::as_ptr(&f) as *mut c_void,
+        };
+        self.keep.extras.push(f);
+        let g = self.raw;
+        // SAFETY: live graph; the callback and its data outlive the node (kept above).
+        self.add(deps, "adding a host node", |out, d, n| unsafe { sys::cuGraphAddHostNode(out, g, d, n, &p) })
+    }
+
+    /// Embeds a copy of `child` (e.g. a captured graph) as one node. The child's buffers, closures
+    /// and events are kept alive by this graph too.
+    pub fn add_child(&mut self, child: &Graph, deps: &[Node]) -> Result<Node> {
+        self.check_device(&child.device)?;
+        self.keep.merge(&child.keep);
+        let (g, c) = (self.raw, child.raw);
+        // SAFETY: live graphs; the driver clones the child.
+        self.add(deps, "adding a child graph node", |out, d, n| unsafe {
+            sys::cuGraphAddChildGraphNode(out, g, d, n, c)
+        })
+    }
+
+    /// Records `event` when the node is reached (the event is kept alive by the graph).
+    pub fn add_event_record(&mut self, event: &Arc<Event>, deps: &[Node]) -> Result<Node> {
+        self.keep.extras.push(event.clone());
+        let (g, e) = (self.raw, event.raw());
+        // SAFETY: live graph and event (kept above).
+        self.add(deps, "adding an event record node", |out, d, n| unsafe {
+            sys::cuGraphAddEventRecordNode(out, g, d, n, e)
+        })
+    }
+
+    /// Waits for `event` before the node's dependents run (the event is kept alive by the graph).
+    pub fn add_event_wait(&mut self, event: &Arc<Event>, deps: &[Node]) -> Result<Node> {
+        self.keep.extras.push(event.clone());
+        let (g, e) = (self.raw, event.raw());
+        // SAFETY: live graph and event (kept above).
+        self.add(deps, "adding an event wait node", |out, d, n| unsafe {
+            sys::cuGraphAddEventWaitNode(out, g, d, n, e)
+        })
+    }
+
+    /// A kernel node launching `f` with `cfg` and `args`. Buffers among `args` are kept alive by
+    /// the graph.
+    ///
+    /// # Safety
+    /// As for [`Function::launch`]: the arguments must match the kernel's signature and the kernel
+    /// must stay within the memory it is given, for every replay. Raw addresses (e.g. a
+    /// [`GraphMem`]) must be valid whenever the node runs.
+    pub unsafe fn add_kernel<A: KernelArgs>(
+        &mut self,
+        f: &Function,
+        cfg: LaunchConfig,
+        args: A,
+        deps: &[Node],
+    ) -> Result<Node> {
+        self.check_device(f.device())?;
+        let g = self.raw;
+        args.with_params(|ptrs, allocs| {
+            for a in allocs.iter().flatten() {
+                self.keep.add_alloc(a);
+            }
+            // SAFETY: zeroed is valid for this plain C struct; we fill every field the driver reads.
+            let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+            p.func = f.raw();
+            (p.gridDimX, p.gridDimY, p.gridDimZ) = cfg.grid;
+            (p.blockDimX, p.blockDimY, p.blockDimZ) = cfg.block;
+            p.sharedMemBytes = cfg.shared_mem_bytes;
+            p.kernelParams = ptrs.as_mut_ptr();
+            // SAFETY: live graph; the parameter values are copied by the driver during the call;
+            // the caller upholds the kernel contract.
+            self.add(deps, "adding a kernel node", |out, d, n| unsafe {
+                sys::cuGraphAddKernelNode_v2(out, g, d, n, &p)
+            })
+        })
+    }
+
+    /// Allocates `bytes` of graph-owned device memory when the node runs (a mem-alloc node). Free
+    /// it with [`GraphBody::add_mem_free`] in the same graph.
+    pub fn add_mem_alloc(&mut self, bytes: usize, deps: &[Node]) -> Result<(Node, GraphMem)> {
+        if bytes == 0 {
+            return Err(Error::InvalidArgument("a mem-alloc node needs at least one byte".into()));
+        }
+        // SAFETY: zeroed is valid for these plain C structs; we fill what the driver needs.
+        let mut p: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        p.poolProps.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        p.poolProps.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        p.poolProps.location.id = self.device.ordinal() as i32;
+        p.bytesize = bytes;
+        let g = self.raw;
+        // SAFETY: live graph; valid params; the driver writes the address into `p.dptr`.
+        let node = self.add(deps, "adding a mem-alloc node", |out, d, n| unsafe {
+            sys::cuGraphAddMemAllocNode(out, g, d, n, &mut p)
+        })?;
+        Ok((node, GraphMem { ptr: p.dptr, bytes }))
+    }
+
+    /// Frees graph-owned memory (a mem-free node).
+    pub fn add_mem_free(&mut self, mem: GraphMem, deps: &[Node]) -> Result<Node> {
+        let g = self.raw;
+        // SAFETY: live graph; the driver validates that `mem` was allocated by a node of this graph.
+        self.add(deps, "adding a mem-free node", |out, d, n| unsafe {
+            sys::cuGraphAddMemFreeNode(out, g, d, n, mem.ptr)
+        })
+    }
+
+    /// Adds edges: each `to[i]` depends on `from[i]`.
+    pub fn add_dependencies(&mut self, from: &[Node], to: &[Node]) -> Result<()> {
+        if from.len() != to.len() {
+            return Err(Error::LengthMismatch {
+                during: "adding dependencies",
+                expected: from.len(),
+                actual: to.len(),
+            });
+        }
+        let (f, t) = (self.deps(from)?, self.deps(to)?);
+        // SAFETY: live graph; nodes of it (checked); equal lengths.
+        check(
+            unsafe {
+                sys::cuGraphAddDependencies_v2(self.raw, f.as_ptr(), t.as_ptr(), std::ptr::null(), f.len())
+            },
+            "adding graph dependencies",
+        )
+    }
+
+    fn check_device(&self, d: &Device) -> Result<()> {
+        if *d != self.device {
+            return Err(Error::DeviceMismatch {
+                during: "adding a graph node",
+                expected: self.device.ordinal(),
+                actual: d.ordinal(),
+            });
+        }
+        Ok(())
+    }
+}

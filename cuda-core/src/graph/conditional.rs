@@ -1,0 +1,207 @@
+//! Conditional nodes (IF and WHILE), CUDA 12.4+.
+//!
+//! A [`Conditional`] is a handle created with the graph (or body) that will hold the conditional
+//! node. The condition is set on the device: kernels compiled by NVRTC write the wanted value
+//! (0 or not) into an ordinary `DeviceBuffer<u32>`, and a set-conditional node
+//! ([`GraphBody::add_set_conditional`]) placed after them applies it with
+//! `cudaGraphSetConditional`. That one kernel is compiled offline with nvcc against the device
+//! runtime (`scripts/build-set-conditional.sh`) and embedded, because NVRTC alone cannot link the
+//! device runtime. The handle can also be passed directly as a kernel argument (it implements
+//! [`KernelParam`]) to kernels built with the device runtime.
+
+use super::build::{GraphBody, Node};
+use crate::error::{check, Error, Result};
+use crate::memory::DeviceBuffer;
+use crate::module::{Function, KernelParam, LaunchConfig, Module};
+use cudarc::driver::sys;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Mutex, OnceLock};
+
+/// The set-conditional kernel, built by `scripts/build-set-conditional.sh`.
+const SET_CONDITIONAL_FATBIN: &[u8] = include_bytes!("../../cuda/set_conditional.fatbin");
+
+/// IF runs its body once when the condition is non-zero; WHILE runs it as long as the condition
+/// is non-zero when checked (before each iteration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionalKind {
+    /// Run the body once if the condition is set.
+    If,
+    /// Run the body while the condition is set.
+    While,
+}
+
+/// A conditional handle (`CUgraphConditionalHandle`) of one graph or body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conditional {
+    handle: sys::CUgraphConditionalHandle,
+    owner: (u64, u64),
+}
+
+impl Conditional {
+    /// The raw handle value (what `cudaGraphSetConditional` takes on the device).
+    pub fn raw(&self) -> u64 {
+        self.handle
+    }
+}
+
+// SAFETY: the kernel receives the handle by value, a 64-bit integer; it refers to no memory.
+unsafe impl KernelParam for Conditional {
+    fn param_ptr(&self) -> *mut c_void {
+        &self.handle as *const u64 as *mut c_void
+    }
+}
+
+fn set_conditional_function(device: &crate::Device) -> Result<Function> {
+    static M: OnceLock<Mutex<HashMap<usize, Function>>> = OnceLock::new();
+    let mut map = M.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(f) = map.get(&device.ordinal()) {
+        return Ok(f.clone());
+    }
+    let f = Module::from_cubin(device, SET_CONDITIONAL_FATBIN)?.function("cuda_async_set_conditional")?;
+    // The module must outlive every graph that uses it: keep it (and the function) for the process.
+    map.insert(device.ordinal(), f.clone());
+    Ok(f)
+}
+
+fn require_driver() -> Result<()> {
+    let v = crate::driver_version()?;
+    if v < (12, 4) {
+        return Err(Error::InvalidArgument(format!(
+            "conditional graph nodes need a CUDA 12.4 or newer driver; this one supports CUDA {}.{}",
+            v.0, v.1
+        )));
+    }
+    Ok(())
+}
+
+impl<'g> GraphBody<'g> {
+    /// Creates a conditional handle for a node of this graph (or body). `default` sets the value
+    /// the condition takes at the start of every replay (`None`: left as the last replay set it,
+    /// initially 0).
+    pub fn conditional(&mut self, default: Option<bool>) -> Result<Conditional> {
+        require_driver()?;
+        self.device.bind()?;
+        let (value, flags) = match default {
+            Some(v) => (v as u32, sys::CU_GRAPH_COND_ASSIGN_DEFAULT),
+            None => (0, 0),
+        };
+        let mut handle = 0;
+        // SAFETY: live graph and context; valid out-pointer.
+        check(
+            unsafe {
+                sys::cuGraphConditionalHandleCreate(
+                    &mut handle,
+                    self.raw,
+                    self.device.cu_context(),
+                    value,
+                    flags,
+                )
+            },
+            "creating a conditional handle",
+        )?;
+        Ok(Conditional { handle, owner: self.owner })
+    }
+
+    /// Adds an IF or WHILE node on `cond` and fills its body with `body`. Nodes of the body belong
+    /// to the body (they cannot depend on nodes outside it); buffers, closures and events used in
+    /// the body are kept alive by the whole graph.
+    pub fn add_conditional(
+        &mut self,
+        cond: &Conditional,
+        kind: ConditionalKind,
+        deps: &[Node],
+        body: impl FnOnce(&mut GraphBody<'_>) -> Result<()>,
+    ) -> Result<Node> {
+        if cond.owner != self.owner {
+            return Err(Error::InvalidArgument(
+                "the conditional handle belongs to another graph or body".into(),
+            ));
+        }
+        require_driver()?;
+        let deps_raw: Vec<sys::CUgraphNode> = deps.iter().map(|d| self.dep(d)).collect::<Result<_>>()?;
+        self.device.bind()?;
+        let mut body_graph: sys::CUgraph = std::ptr::null_mut();
+        // SAFETY: zeroed is valid for this plain C struct/union; we fill the conditional variant.
+        let mut p: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
+        p.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
+        p.__bindgen_anon_1.conditional = sys::CUDA_CONDITIONAL_NODE_PARAMS {
+            handle: cond.handle,
+            type_: match kind {
+                ConditionalKind::If => sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF,
+                ConditionalKind::While => sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE,
+            },
+            size: 1,
+            phGraph_out: &mut body_graph,
+            ctx: self.device.cu_context(),
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: live graph; `deps_raw` are nodes of it; `p` is a valid conditional description
+        // whose out-pointer `body_graph` outlives the call. The body graph is owned by the node.
+        check(
+            unsafe {
+                sys::cuGraphAddNode_v2(
+                    &mut raw,
+                    self.raw,
+                    deps_raw.as_ptr(),
+                    std::ptr::null(),
+                    deps_raw.len(),
+                    &mut p,
+                )
+            },
+            "adding a conditional node",
+        )?;
+        *self.bodies += 1;
+        let owner = (self.owner.0, *self.bodies);
+        let mut b =
+            GraphBody { raw: body_graph, owner, device: self.device, keep: self.keep, bodies: self.bodies };
+        body(&mut b)?;
+        Ok(Node { raw, owner: self.owner })
+    }
+
+    /// [`GraphBody::add_conditional`] with [`ConditionalKind::If`].
+    pub fn add_if(
+        &mut self,
+        cond: &Conditional,
+        deps: &[Node],
+        body: impl FnOnce(&mut GraphBody<'_>) -> Result<()>,
+    ) -> Result<Node> {
+        self.add_conditional(cond, ConditionalKind::If, deps, body)
+    }
+
+    /// [`GraphBody::add_conditional`] with [`ConditionalKind::While`].
+    pub fn add_while(
+        &mut self,
+        cond: &Conditional,
+        deps: &[Node],
+        body: impl FnOnce(&mut GraphBody<'_>) -> Result<()>,
+    ) -> Result<Node> {
+        self.add_conditional(cond, ConditionalKind::While, deps, body)
+    }
+
+    /// A node that sets `cond` to `flag[0] != 0` on the device when it runs. `cond` may belong to
+    /// this body or to an enclosing graph (a WHILE body sets its own loop's condition this way).
+    pub fn add_set_conditional(
+        &mut self,
+        cond: &Conditional,
+        flag: &DeviceBuffer<u32>,
+        deps: &[Node],
+    ) -> Result<Node> {
+        if cond.owner.0 != self.owner.0 {
+            return Err(Error::InvalidArgument("the conditional handle belongs to another graph".into()));
+        }
+        if flag.len() != 1 {
+            return Err(Error::LengthMismatch {
+                during: "adding a set-conditional node",
+                expected: 1,
+                actual: flag.len(),
+            });
+        }
+        let f = set_conditional_function(&self.device)?;
+        let cfg = LaunchConfig { grid: (1, 1, 1), block: (1, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: matches `cuda_async_set_conditional(cudaGraphConditionalHandle, const unsigned*)`:
+        // a 64-bit handle of this graph and a 1-element u32 buffer (kept alive by the graph); the
+        // kernel reads flag[0] only.
+        unsafe { self.add_kernel(&f, cfg, (*cond, flag), deps) }
+    }
+}

@@ -35,7 +35,9 @@ pub use combinators::{join_all, value};
 pub use context::ExecutionContext;
 pub use error::{DeviceError, Result};
 pub use future::DeviceFuture;
-pub use graph::{CaptureOptions, CudaGraph, DeviceScalar, Module, RecapturePath, TunableParam};
+pub use graph::{
+    CaptureOptions, CudaGraph, DeviceScalar, GraphBodyExt, GraphPool, Module, RecapturePath, TunableParam,
+};
 pub use graph_node::GraphNode;
 pub use lock::is_executing;
 pub use op::{DeviceOp, DeviceOpExt, FirstFn, LastFn, Op};

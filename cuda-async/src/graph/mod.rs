@@ -6,12 +6,14 @@
 //! refused on a capturing stream, and only [`GraphNode`] ops can be recorded. See
 //! `docs/guide.md`, "Graphs", for the numbered argument and the tests behind each point.
 
+mod build;
 mod launch;
 mod module;
 mod options;
 mod params;
 mod scope;
 
+pub use build::{GraphBodyExt, GraphPool};
 pub use launch::Launch;
 pub use module::Module;
 pub use options::CaptureOptions;
@@ -24,7 +26,7 @@ use cuda_core::{ExecUpdate, Graph, GraphExec, Stream};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+pub(crate) static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A captured, instantiated and uploaded CUDA graph, with the output of the recording.
 ///
@@ -39,6 +41,8 @@ pub struct CudaGraph<T> {
     output: Option<T>,
     pub(crate) replays: AtomicU64,
     id: u64,
+    /// The pool stream every replay is serialised through, if the graph joined a [`GraphPool`].
+    pub(crate) pool: Option<Stream>,
 }
 
 impl<T> std::fmt::Debug for CudaGraph<T> {
@@ -80,7 +84,7 @@ impl Drop for EndOnUnwind<'_> {
 }
 
 /// Records `f` into a graph on `stream` under the exclusive execution lock.
-fn record<R>(
+pub(crate) fn record<R>(
     stream: &Stream,
     options: &CaptureOptions,
     id: u64,
@@ -97,7 +101,13 @@ fn record<R>(
 }
 
 impl<T> CudaGraph<T> {
-    fn build(stream: &Stream, options: CaptureOptions, graph: Graph, output: T, id: u64) -> Result<Self> {
+    pub(crate) fn build(
+        stream: &Stream,
+        options: CaptureOptions,
+        graph: Graph,
+        output: T,
+        id: u64,
+    ) -> Result<Self> {
         let exec = graph.instantiate_and_upload(options.flags, stream)?;
         Ok(CudaGraph {
             exec,
@@ -107,6 +117,7 @@ impl<T> CudaGraph<T> {
             output: Some(output),
             replays: AtomicU64::new(0),
             id,
+            pool: None,
         })
     }
 

@@ -137,6 +137,11 @@ pub(crate) fn node_type(node: &Node) -> Result<NodeType> {
 }
 
 impl<'g> GraphBody<'g> {
+    /// The device of the graph.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
     pub(crate) fn dep(&self, d: &Node) -> Result<sys::CUgraphNode> {
         if d.owner == self.owner {
             Ok(d.raw)
@@ -275,6 +280,33 @@ impl<'g> GraphBody<'g> {
         self.add(deps, "adding a child graph node", |out, d, n| unsafe {
             sys::cuGraphAddChildGraphNode(out, g, d, n, c)
         })
+    }
+
+    /// Adds the work of `graph` (typically captured from one op): as a kernel node when it consists
+    /// of exactly one kernel node (its parameters are copied), otherwise as a child-graph node. Its
+    /// buffers, closures and events are kept alive by this graph.
+    pub fn add_captured(&mut self, graph: &Graph, deps: &[Node]) -> Result<Node> {
+        self.check_device(&graph.device)?;
+        let nodes = graph.nodes()?;
+        if let [only] = nodes.as_slice() {
+            if node_type(only)? == NodeType::Kernel {
+                // SAFETY: zeroed is valid for this plain C struct; the driver fills it.
+                let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+                // SAFETY: a live kernel node of `graph`.
+                check(
+                    unsafe { sys::cuGraphKernelNodeGetParams_v2(only.raw, &mut p) },
+                    "reading kernel node parameters",
+                )?;
+                self.keep.merge(&graph.keep);
+                let g = self.raw;
+                // SAFETY: live graph; `p` describes a kernel node of the same device whose parameter
+                // values the driver copies; the memory they refer to is kept alive (merged above).
+                return self.add(deps, "adding a kernel node", |out, d, n| unsafe {
+                    sys::cuGraphAddKernelNode_v2(out, g, d, n, &p)
+                });
+            }
+        }
+        self.add_child(graph, deps)
     }
 
     /// Records `event` when the node is reached (the event is kept alive by the graph).

@@ -1,0 +1,112 @@
+//! Explicitly built graphs with typed ops as nodes, and graph memory pools.
+
+use super::{record, CaptureOptions, CudaGraph, NEXT_ID};
+use crate::{ExecutionContext, GraphNode, Result};
+use cuda_core::{Device, Graph, GraphBody, Node, PoolStats, Stream};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, OnceLock};
+
+/// The stream each device uses to capture single ops for explicit graphs (never used for work).
+fn op_capture_stream(device: &Device) -> Result<Stream> {
+    static S: OnceLock<Mutex<HashMap<usize, Stream>>> = OnceLock::new();
+    let mut map = S.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = map.get(&device.ordinal()) {
+        return Ok(s.clone());
+    }
+    let s = Stream::new(device)?;
+    map.insert(device.ordinal(), s.clone());
+    Ok(s)
+}
+
+/// Typed ops as nodes of explicitly built graphs.
+pub trait GraphBodyExt {
+    /// Adds `op` (any [`GraphNode`] op, e.g. a `kernels::ops` launcher) as a node depending on
+    /// `deps`, and returns its output with the node. The op is recorded once (nothing runs); a
+    /// single kernel becomes a kernel node, anything else a child-graph node. Buffers it uses are
+    /// kept alive by the graph, exactly as for captured graphs.
+    fn add_op<O: GraphNode>(&mut self, op: O, deps: &[Node]) -> Result<(O::Output, Node)>;
+}
+
+impl GraphBodyExt for GraphBody<'_> {
+    fn add_op<O: GraphNode>(&mut self, op: O, deps: &[Node]) -> Result<(O::Output, Node)> {
+        let stream = op_capture_stream(self.device())?;
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let (graph, out) = record(&stream, &CaptureOptions::default(), id, |s| s.record(op))?;
+        let node = self.add_captured(&graph, deps)?;
+        Ok((out, node))
+    }
+}
+
+impl CudaGraph<()> {
+    /// Instantiates and uploads an explicitly built `graph` on `stream` (where `update` runs).
+    pub fn from_graph(stream: &Stream, graph: Graph, options: CaptureOptions) -> Result<Self> {
+        Self::build(stream, options, graph, (), NEXT_ID.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+impl<T> CudaGraph<T> {
+    /// Applies an explicitly built graph of the same topology in place (`cuGraphExecUpdate`) and
+    /// reports the driver's verdict: [`cuda_core::ExecUpdate::Updated`], or `Refused` naming why
+    /// and which kind of node. On refusal nothing changes. Parameter handles stop working after an
+    /// update.
+    pub fn update_from(&mut self, graph: Graph) -> Result<cuda_core::ExecUpdate> {
+        let verdict = self.exec.update(&graph)?;
+        if verdict == cuda_core::ExecUpdate::Updated {
+            self.graph = graph;
+            self.id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(verdict)
+    }
+
+    /// Joins this graph to `pool`: every later replay is ordered after every earlier replay of
+    /// every graph of the pool (whatever streams they run on), so the pool's graphs never run
+    /// concurrently and may share graph-owned memory.
+    pub fn join_pool(&mut self, pool: &GraphPool) {
+        self.pool = Some(pool.stream.clone());
+    }
+}
+
+/// A set of graphs that are never replayed concurrently, so the device's graph memory (the memory
+/// of mem-alloc nodes) can be shared between them: the peak is that of the largest, not the sum
+/// (PyTorch's `graph_pool_handle`, flodl's `MemPoolId`). Graph memory returns to the device pool
+/// when the graphs are dropped; [`GraphPool::trim`] gives it back to the system.
+#[derive(Clone)]
+pub struct GraphPool {
+    stream: Stream,
+}
+
+impl GraphPool {
+    /// A new pool on `device`.
+    pub fn new(device: &Device) -> Result<Self> {
+        Ok(GraphPool { stream: Stream::new(device)? })
+    }
+
+    /// Usage of the device's graph memory (current and high-water marks).
+    pub fn stats(&self) -> Result<PoolStats> {
+        Ok(self.stream.device().graph_mem_stats()?)
+    }
+
+    /// Resets the high-water marks.
+    pub fn reset_high_water_marks(&self) -> Result<()> {
+        Ok(self.stream.device().reset_graph_mem_high()?)
+    }
+
+    /// Returns unused graph memory to the system (`cuDeviceGraphMemTrim`).
+    pub fn trim(&self) -> Result<()> {
+        Ok(self.stream.device().graph_mem_trim()?)
+    }
+}
+
+/// Orders a replay on `ctx`'s stream after the pool's previous replays, and the pool after it.
+pub(crate) fn pool_ordered(
+    pool: Option<&Stream>,
+    ctx: &ExecutionContext<'_>,
+    launch: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let Some(p) = pool else { return launch() };
+    ctx.stream().wait_stream(p)?;
+    let r = launch();
+    p.wait_stream(ctx.stream())?;
+    r
+}

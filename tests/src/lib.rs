@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod graph_kernels;
 pub mod ops;
 
 pub use libtest_mimic::Failed;

@@ -106,13 +106,33 @@ impl<'g> GraphBody<'g> {
     /// Adds an IF or WHILE node on `cond` and fills its body with `body`. Nodes of the body belong
     /// to the body (they cannot depend on nodes outside it); buffers, closures and events used in
     /// the body are kept alive by the whole graph.
-    pub fn add_conditional(
+    ///
+    /// The body closure may use any error type that a `cuda_core::Error` converts into, so layers
+    /// above can add their own ops inside bodies (name it with a turbofish when inference needs
+    /// it: `add_while::<DeviceError>(..)`).
+    pub fn add_conditional<E: From<Error>>(
         &mut self,
         cond: &Conditional,
         kind: ConditionalKind,
         deps: &[Node],
-        body: impl FnOnce(&mut GraphBody<'_>) -> Result<()>,
-    ) -> Result<Node> {
+        body: impl FnOnce(&mut GraphBody<'_>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<Node, E> {
+        let (raw, body_graph) = self.add_conditional_node(cond, kind, deps)?;
+        *self.bodies += 1;
+        let owner = (self.owner.0, *self.bodies);
+        let mut b =
+            GraphBody { raw: body_graph, owner, device: self.device, keep: self.keep, bodies: self.bodies };
+        body(&mut b)?;
+        Ok(Node { raw, owner: self.owner })
+    }
+
+    /// Adds the conditional node; returns it and its body graph (owned by the node).
+    fn add_conditional_node(
+        &mut self,
+        cond: &Conditional,
+        kind: ConditionalKind,
+        deps: &[Node],
+    ) -> Result<(sys::CUgraphNode, sys::CUgraph)> {
         if cond.owner != self.owner {
             return Err(Error::InvalidArgument(
                 "the conditional handle belongs to another graph or body".into(),
@@ -151,31 +171,26 @@ impl<'g> GraphBody<'g> {
             },
             "adding a conditional node",
         )?;
-        *self.bodies += 1;
-        let owner = (self.owner.0, *self.bodies);
-        let mut b =
-            GraphBody { raw: body_graph, owner, device: self.device, keep: self.keep, bodies: self.bodies };
-        body(&mut b)?;
-        Ok(Node { raw, owner: self.owner })
+        Ok((raw, body_graph))
     }
 
     /// [`GraphBody::add_conditional`] with [`ConditionalKind::If`].
-    pub fn add_if(
+    pub fn add_if<E: From<Error>>(
         &mut self,
         cond: &Conditional,
         deps: &[Node],
-        body: impl FnOnce(&mut GraphBody<'_>) -> Result<()>,
-    ) -> Result<Node> {
+        body: impl FnOnce(&mut GraphBody<'_>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<Node, E> {
         self.add_conditional(cond, ConditionalKind::If, deps, body)
     }
 
     /// [`GraphBody::add_conditional`] with [`ConditionalKind::While`].
-    pub fn add_while(
+    pub fn add_while<E: From<Error>>(
         &mut self,
         cond: &Conditional,
         deps: &[Node],
-        body: impl FnOnce(&mut GraphBody<'_>) -> Result<()>,
-    ) -> Result<Node> {
+        body: impl FnOnce(&mut GraphBody<'_>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<Node, E> {
         self.add_conditional(cond, ConditionalKind::While, deps, body)
     }
 

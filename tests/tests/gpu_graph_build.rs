@@ -1,0 +1,357 @@
+//! GPU suite for explicitly built graphs: every node kind, dependencies, child graphs, host
+//! closures, exec updates, conditional IF/WHILE nodes, DOT export and shared graph memory.
+
+use cuda_async::graph::{GraphBodyExt, GraphPool};
+use cuda_async::{CaptureOptions, CudaGraph, DeviceOpExt};
+use cuda_async_tests::graph_kernels::graph_kernels;
+use cuda_async_tests::{assert_close, ensure, random_f32, rng, Suite, TestResult, POISON_F32};
+use cuda_core::{Device, DeviceBuffer, Event, ExecUpdate, Graph, LaunchConfig, NodeType, Stream};
+use kernels::{ops, Kernels};
+use rand::Rng;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+
+fn setup() -> Result<(Device, Stream), cuda_core::Error> {
+    let d = Device::new(0)?;
+    // Kernels are compiled before any capture or graph building.
+    Kernels::get(&d)?;
+    graph_kernels(&d)?;
+    Ok((d, Stream::new(&d)?))
+}
+
+fn one_thread() -> LaunchConfig {
+    LaunchConfig { grid: (1, 1, 1), block: (1, 1, 1), shared_mem_bytes: 0 }
+}
+
+fn every_node_kind() -> TestResult {
+    let (d, s) = setup()?;
+    let gk = graph_kernels(&d)?;
+    let mut r = rng();
+    let n = 10_000;
+    let xh = random_f32(&mut r, n);
+    let staging = DeviceBuffer::from_host(&s, &xh)?;
+    let mut x = DeviceBuffer::<f32>::filled(&s, n, POISON_F32)?;
+    let mut y = DeviceBuffer::<f32>::filled(&s, n, POISON_F32)?;
+    let mut z = DeviceBuffer::<f32>::filled(&s, n, POISON_F32)?;
+    let mut flags = DeviceBuffer::<u32>::filled(&s, 4, 0)?;
+    let hits = Arc::new(AtomicUsize::new(0));
+    let ev = Arc::new(Event::new(&d, false)?);
+    let mut g = Graph::new(&d)?;
+    {
+        let mut b = g.builder();
+        let copy = b.add_copy(&staging, &mut x, &[])?;
+        let (_, scale) = b.add_op(ops::scale(&x, 2.0f32, &mut y), &[copy])?;
+        let memset = b.add_memset(&mut flags, 7u32, &[])?;
+        let join = b.add_empty(&[scale, memset])?;
+        let h = hits.clone();
+        let host = b.add_host(
+            move || {
+                h.fetch_add(1, SeqCst);
+            },
+            &[join],
+        )?;
+        let rec = b.add_event_record(&ev, &[host])?;
+        let wait = b.add_event_wait(&ev, &[rec])?;
+        // Graph-owned memory: alloc, fill with iota by a raw kernel, copy out into z, free.
+        let (alloc, mem) = b.add_mem_alloc(n * 4, &[wait])?;
+        let cfg = LaunchConfig::for_elements(n, 256);
+        // SAFETY: iota_raw(float* dst, u64 n, float base) writes dst[0..n); `mem` holds n floats and
+        // is valid between its alloc and free nodes, which order this node.
+        let iota = unsafe { b.add_kernel(&gk.iota_raw, cfg, (mem.ptr, n as u64, 0.5f32), &[alloc])? };
+        // SAFETY: copy_raw(const float*, float*, u64) reads mem[0..n) and writes z[0..n).
+        let out = unsafe { b.add_kernel(&gk.copy_raw, cfg, (mem.ptr, &mut z, n as u64), &[iota])? };
+        b.add_mem_free(mem, &[out])?;
+    }
+    let types = g.node_types()?;
+    for t in [
+        NodeType::Memcpy,
+        NodeType::Kernel,
+        NodeType::Memset,
+        NodeType::Empty,
+        NodeType::Host,
+        NodeType::EventRecord,
+        NodeType::EventWait,
+        NodeType::MemAlloc,
+        NodeType::MemFree,
+    ] {
+        ensure(types.contains(&t), format!("missing node type {t:?} in {types:?}"))?;
+    }
+    ensure(g.node_count()? == 12, format!("12 nodes, got {}", g.node_count()?))?;
+    let graph = CudaGraph::from_graph(&s, g, CaptureOptions::default())?;
+    for _ in 0..3 {
+        graph.launch().sync_on(&s)?;
+    }
+    assert_close(&y.to_vec()?, &xh.iter().map(|&v| 2.0 * v as f64).collect::<Vec<_>>(), 1e-6)?;
+    ensure(flags.to_vec()? == vec![7; 4], "memset node")?;
+    assert_close(&z.to_vec()?, &(0..n).map(|i| 0.5 + i as f64).collect::<Vec<_>>(), 0.0)?;
+    ensure(hits.load(SeqCst) == 3, format!("host closure ran {} times for 3 launches", hits.load(SeqCst)))?;
+    ensure(ev.query()?, "event recorded")
+}
+
+fn diamond_dependencies() -> TestResult {
+    let (d, s) = setup()?;
+    let mut r = rng();
+    let n = 1 << 20;
+    let xh = random_f32(&mut r, n);
+    let staging = DeviceBuffer::from_host(&s, &xh)?;
+    let mut x = DeviceBuffer::<f32>::filled(&s, n, POISON_F32)?;
+    let mut y = DeviceBuffer::<f32>::filled(&s, n, POISON_F32)?;
+    let mut z = DeviceBuffer::<f32>::filled(&s, n, POISON_F32)?;
+    let mut w = DeviceBuffer::<f32>::filled(&s, n, POISON_F32)?;
+    let mut g = Graph::new(&d)?;
+    {
+        let mut b = g.builder();
+        let a = b.add_copy(&staging, &mut x, &[])?;
+        let (_, left) = b.add_op(ops::scale(&x, 2.0f32, &mut y), &[a])?;
+        let (_, right) = b.add_op(ops::scale(&x, 3.0f32, &mut z), &[a])?;
+        b.add_op(ops::add(&y, &z, &mut w), &[left, right])?;
+        // A node of another graph is refused as a dependency.
+        let mut other = Graph::new(&d)?;
+        let foreign = other.builder().add_empty(&[])?;
+        ensure(b.add_empty(&[foreign]).is_err(), "foreign dependency must be refused")?;
+    }
+    let graph = CudaGraph::from_graph(&s, g, CaptureOptions::default())?;
+    graph.launch().sync_on(&s)?;
+    assert_close(&w.to_vec()?, &xh.iter().map(|&v| 5.0 * v as f64).collect::<Vec<_>>(), 1e-6)
+}
+
+fn child_graph_and_extra_edges() -> TestResult {
+    let (d, s) = setup()?;
+    let mut r = rng();
+    let n = 50_000;
+    let xh = random_f32(&mut r, n);
+    let x = DeviceBuffer::from_host(&s, &xh)?;
+    let mut y = DeviceBuffer::<f32>::zeros(&s, n)?;
+    let child = CudaGraph::capture(&s, ops::axpy(1.5f32, &x, &mut y))?;
+    let mut g = Graph::new(&d)?;
+    {
+        let mut b = g.builder();
+        let first = b.add_child(child.graph(), &[])?;
+        let second = b.add_child(child.graph(), &[])?;
+        b.add_dependencies(&[first], &[second])?;
+    }
+    ensure(g.node_types()? == vec![NodeType::ChildGraph, NodeType::ChildGraph], "two child nodes")?;
+    let parent = CudaGraph::from_graph(&s, g, CaptureOptions::default())?;
+    drop(child);
+    parent.launch().sync_on(&s)?;
+    parent.launch().sync_on(&s)?;
+    assert_close(&y.to_vec()?, &xh.iter().map(|&v| 6.0 * v as f64).collect::<Vec<_>>(), 1e-5)
+}
+
+fn exec_update_success_and_refusal() -> TestResult {
+    let (d, s) = setup()?;
+    let mut r = rng();
+    let n = 4096;
+    let xh = random_f32(&mut r, n);
+    let x = DeviceBuffer::from_host(&s, &xh)?;
+    let mut y = DeviceBuffer::<f32>::filled(&s, n, POISON_F32)?;
+    let build = |alpha: f32, y: &mut DeviceBuffer<f32>, extra: bool| -> cuda_async::Result<Graph> {
+        let mut g = Graph::new(&d)?;
+        let mut b = g.builder();
+        let (_, k) = b.add_op(ops::scale(&x, alpha, &mut *y), &[])?;
+        if extra {
+            b.add_empty(&[k])?;
+        }
+        Ok(g)
+    };
+    let mut graph = CudaGraph::from_graph(&s, build(2.0, &mut y, false)?, CaptureOptions::default())?;
+    graph.launch().sync_on(&s)?;
+    assert_close(&y.to_vec()?, &xh.iter().map(|&v| 2.0 * v as f64).collect::<Vec<_>>(), 1e-6)?;
+    let verdict = graph.update_from(build(-3.0, &mut y, false)?)?;
+    ensure(verdict == ExecUpdate::Updated, format!("same topology: {verdict:?}"))?;
+    graph.launch().sync_on(&s)?;
+    assert_close(&y.to_vec()?, &xh.iter().map(|&v| -3.0 * v as f64).collect::<Vec<_>>(), 1e-6)?;
+    let verdict = graph.update_from(build(9.0, &mut y, true)?)?;
+    eprintln!("refused update reported as: {verdict:?}");
+    match &verdict {
+        ExecUpdate::Refused { reason, .. } => {
+            ensure(reason.contains("TOPOLOGY"), format!("reason: {reason}"))?
+        }
+        other => return Err(format!("a topology change must be refused, got {other:?}").into()),
+    }
+    graph.launch().sync_on(&s)?;
+    assert_close(&y.to_vec()?, &xh.iter().map(|&v| -3.0 * v as f64).collect::<Vec<_>>(), 1e-6)
+}
+
+fn conditional_if() -> TestResult {
+    let (d, s) = setup()?;
+    for take in [false, true] {
+        let mut flag = DeviceBuffer::<u32>::zeros(&s, 1)?;
+        let mut acc = DeviceBuffer::<f32>::filled(&s, 1000, 1.0)?;
+        let mut g = Graph::new(&d)?;
+        {
+            let mut b = g.builder();
+            let cond = b.conditional(Some(false))?;
+            let set = b.add_memset(&mut flag, take as u32, &[])?;
+            let apply = b.add_set_conditional(&cond, &flag, &[set])?;
+            b.add_if::<cuda_async::DeviceError>(&cond, &[apply], |body| {
+                body.add_op(ops::fill(&mut acc, 42.0f32), &[])?;
+                Ok(())
+            })?;
+        }
+        ensure(g.node_types()?.contains(&NodeType::Conditional), "a conditional node")?;
+        CudaGraph::from_graph(&s, g, CaptureOptions::default())?.launch().sync_on(&s)?;
+        let want = if take { 42.0 } else { 1.0 };
+        ensure(acc.to_vec()?.iter().all(|&v| v == want), format!("IF taken={take}: expected {want}"))?;
+    }
+    Ok(())
+}
+
+fn conditional_while_counts_to_n() -> TestResult {
+    let (d, s) = setup()?;
+    let gk = graph_kernels(&d)?;
+    let mut r = rng();
+    let n_elems = 3000;
+    let mut limit = DeviceBuffer::<u32>::zeros(&s, 1)?;
+    let mut counter = DeviceBuffer::<u32>::filled(&s, 1, 12345)?;
+    let mut flag = DeviceBuffer::<u32>::zeros(&s, 1)?;
+    let mut acc = DeviceBuffer::<f32>::zeros(&s, n_elems)?;
+    let ones = DeviceBuffer::<f32>::filled(&s, n_elems, 1.0)?;
+    let mut acc2 = DeviceBuffer::<f32>::zeros(&s, n_elems)?;
+    let mut g = Graph::new(&d)?;
+    {
+        let mut b = g.builder();
+        let cond = b.conditional(None)?;
+        let z1 = b.add_memset(&mut counter, 0u32, &[])?;
+        let z2 = b.add_memset(&mut acc, 0.0f32, &[])?;
+        let z3 = b.add_memset(&mut acc2, 0.0f32, &[])?;
+        // SAFETY: loop_init(const unsigned* limit, unsigned* flag): one thread, 1-element buffers.
+        let init = unsafe { b.add_kernel(&gk.loop_init, one_thread(), (&limit, &mut flag), &[z1, z2, z3])? };
+        let set = b.add_set_conditional(&cond, &flag, &[init])?;
+        b.add_while::<cuda_async::DeviceError>(&cond, &[set], |body| {
+            let step_cfg = LaunchConfig { grid: (1, 1, 1), block: (256, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: loop_step(counter, limit, flag, acc, n) with one block: 1-element counter,
+            // limit and flag, and acc of n floats.
+            let step = unsafe {
+                body.add_kernel(
+                    &gk.loop_step,
+                    step_cfg,
+                    (&mut counter, &limit, &mut flag, &mut acc, n_elems as u64),
+                    &[],
+                )?
+            };
+            let (_, typed) = body.add_op(ops::axpy(1.0f32, &ones, &mut acc2), &[step])?;
+            body.add_set_conditional(&cond, &flag, &[typed])?;
+            Ok(())
+        })?;
+    }
+    let graph = CudaGraph::from_graph(&s, g, CaptureOptions::default())?;
+    for round in 0..3 {
+        let n: u32 = if round == 2 { 0 } else { r.random_range(5..60) };
+        limit.copy_from_host(&s, &[n])?;
+        graph.launch().sync_on(&s)?;
+        let c = counter.to_vec()?[0];
+        // A WHILE loop checks before each iteration: N = 0 runs no iteration.
+        let expect = n;
+        ensure(c == expect, format!("round {round}: counter {c}, expected {expect}"))?;
+        ensure(acc.to_vec()?.iter().all(|&v| v == expect as f32), format!("round {round}: acc"))?;
+        ensure(
+            acc2.to_vec()?.iter().all(|&v| v == expect as f32),
+            format!("round {round}: typed op in body"),
+        )?;
+        eprintln!("round {round}: WHILE ran {c} iterations on the device (N = {n})");
+    }
+    Ok(())
+}
+
+fn dot_export() -> TestResult {
+    let (d, s) = setup()?;
+    let x = DeviceBuffer::<f32>::filled(&s, 1024, 1.0)?;
+    let mut y = DeviceBuffer::<f32>::zeros(&s, 1024)?;
+    let mut g = Graph::new(&d)?;
+    {
+        let mut b = g.builder();
+        let (_, a) = b.add_op(ops::axpy(2.0f32, &x, &mut y), &[])?;
+        let e = b.add_empty(&[a])?;
+        b.add_op(ops::scale(&x, 3.0f32, &mut y), &[e])?;
+    }
+    let dir = std::env::temp_dir().join(format!("cuda-async-dot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    for verbose in [false, true] {
+        let path = dir.join(format!("g{verbose}.dot"));
+        g.write_dot(&path, verbose)?;
+        let text = std::fs::read_to_string(&path)?;
+        ensure(text.trim_start().starts_with("digraph"), "DOT starts with digraph")?;
+        let edges = text.lines().filter(|l| l.contains("->")).count();
+        ensure(edges == 2, format!("2 edges expected, found {edges}"))?;
+        ensure(text.contains("axpy_f32") && text.contains("scale_f32"), "kernel names in the picture")?;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+fn shared_graph_memory_pool() -> TestResult {
+    let (d, s) = setup()?;
+    let gk = graph_kernels(&d)?;
+    let pool = GraphPool::new(&d)?;
+    let bytes = 256 << 20;
+    let n = bytes / 4;
+    let mut outs = [DeviceBuffer::<f32>::zeros(&s, 16)?, DeviceBuffer::<f32>::zeros(&s, 16)?];
+    let mut graphs = Vec::new();
+    for (i, out) in outs.iter_mut().enumerate() {
+        let mut g = Graph::new(&d)?;
+        {
+            let mut b = g.builder();
+            let (alloc, mem) = b.add_mem_alloc(bytes, &[])?;
+            let cfg = LaunchConfig::for_elements(n, 256);
+            // SAFETY: iota_raw writes mem[0..n); mem holds n floats between alloc and free.
+            let fill = unsafe { b.add_kernel(&gk.iota_raw, cfg, (mem.ptr, n as u64, i as f32), &[alloc])? };
+            // SAFETY: copy_raw reads mem[0..16) and writes out[0..16).
+            let cp = unsafe {
+                b.add_kernel(
+                    &gk.copy_raw,
+                    LaunchConfig::for_elements(16, 32),
+                    (mem.ptr, &mut *out, 16u64),
+                    &[fill],
+                )?
+            };
+            b.add_mem_free(mem, &[cp])?;
+        }
+        let mut cg = CudaGraph::from_graph(&s, g, CaptureOptions::default())?;
+        cg.join_pool(&pool);
+        graphs.push(cg);
+    }
+    s.synchronize()?;
+    pool.trim()?;
+    pool.reset_high_water_marks()?;
+    let other = Stream::new(&d)?;
+    for _ in 0..3 {
+        graphs[0].launch().sync_on(&s)?;
+        graphs[1].launch().sync_on(&other)?;
+    }
+    let st = pool.stats()?;
+    eprintln!(
+        "two graphs of {} MiB each: graph memory reserved high {} MiB, used high {} MiB",
+        bytes >> 20,
+        st.reserved_high >> 20,
+        st.used_high >> 20
+    );
+    ensure(
+        st.reserved_high < 2 * bytes as u64,
+        format!("peak {} not below the sum {}", st.reserved_high, 2 * bytes),
+    )?;
+    for (i, out) in outs.iter().enumerate() {
+        ensure(
+            out.to_vec()? == (0..16).map(|j| i as f32 + j as f32).collect::<Vec<_>>(),
+            "graph memory contents",
+        )?;
+    }
+    drop(graphs);
+    d.synchronize()?;
+    pool.trim()?;
+    let st = pool.stats()?;
+    ensure(st.reserved_current == 0, format!("graph memory released after drop + trim: {st:?}"))
+}
+
+fn main() {
+    let mut s = Suite::new();
+    s.gpu("every_node_kind", every_node_kind)
+        .gpu("diamond_dependencies", diamond_dependencies)
+        .gpu("child_graph_and_extra_edges", child_graph_and_extra_edges)
+        .gpu("exec_update_success_and_refusal", exec_update_success_and_refusal)
+        .gpu("conditional_if", conditional_if)
+        .gpu("conditional_while_counts_to_n", conditional_while_counts_to_n)
+        .gpu("dot_export", dot_export)
+        .gpu("shared_graph_memory_pool", shared_graph_memory_pool);
+    s.run()
+}

@@ -32,7 +32,7 @@ pub use error::{Error, Result};
 pub use event::{Event, PooledEvent};
 pub use graph::{
     CaptureMode, CaptureStatus, Conditional, ConditionalKind, ExecUpdate, Graph, GraphBody, GraphExec,
-    GraphMem, InstantiateFlags, KernelNode, Node, NodeType,
+    GraphMem, InstantiateFlags, KernelNode, KernelNodeParams, Node, NodeType,
 };
 pub use memory::{Allocation, DeviceBuffer, DeviceRepr, MemPool, PinnedBuffer, PoolStats};
 pub use module::{Function, FunctionAttribute, KernelArgs, KernelParam, LaunchConfig, Module};

@@ -514,6 +514,40 @@ impl Row {
         }
     }
 
+    /// A row comparing raw and framework samples by their medians, with an absolute goal: the
+    /// framework at most `max_extra` (in `unit`) above raw. The goal is stored as the equivalent
+    /// ratio `(raw + max_extra) / raw` of the raw median, rounded down to four decimals (stricter by
+    /// less than 0.01% of raw), so [`Row::met`], the table and the JSON work unchanged. A raw median
+    /// that is not positive gives a NaN goal, which is never met.
+    pub fn compare_within(
+        name: &str,
+        unit: &str,
+        raw_samples: Vec<f64>,
+        framework_samples: Vec<f64>,
+        max_extra: f64,
+    ) -> Row {
+        let raw = median(&raw_samples);
+        let goal = if raw > 0.0 { ((raw + max_extra) / raw * 1e4).floor() / 1e4 } else { f64::NAN };
+        Row::compare(name, unit, raw_samples, framework_samples, Some(goal))
+    }
+
+    /// A framework-only row with an absolute goal: the framework median at most `limit` (in
+    /// `unit`). There is no baseline measurement: the `raw` value holds `limit` and the goal is a
+    /// ratio of at most 1, so [`Row::met`], the table and the JSON work unchanged (say so in the
+    /// note). `raw_samples` stays empty.
+    pub fn within_budget(name: &str, unit: &str, framework_samples: Vec<f64>, limit: f64) -> Row {
+        Row {
+            name: name.to_string(),
+            unit: unit.to_string(),
+            raw: Some(limit),
+            framework: median(&framework_samples),
+            max_ratio: Some(1.0),
+            raw_samples: Vec::new(),
+            framework_samples,
+            note: String::new(),
+        }
+    }
+
     /// Sets the note.
     pub fn with_note(mut self, note: impl Into<String>) -> Row {
         self.note = note.into();
@@ -765,6 +799,21 @@ mod tests {
             j.to_text(),
             "{\n  \"s\": \"a\\\"b\\\\\\n\\u0001\",\n  \"n\": 1.5,\n  \"i\": 3,\n  \"nan\": null,\n  \"a\": [1, 2],\n  \"e\": []\n}\n"
         );
+    }
+
+    #[test]
+    fn absolute_goals() {
+        let r = Row::compare_within("x", "us", vec![2.0, 2.0, 2.0], vec![2.29, 2.29], 0.3);
+        assert_eq!(r.max_ratio, Some(1.15));
+        assert_eq!(r.met(), Some(true));
+        let r = Row::compare_within("x", "us", vec![2.0], vec![2.31], 0.3);
+        assert_eq!(r.met(), Some(false));
+        let r = Row::compare_within("x", "us", vec![0.0], vec![0.1], 0.3);
+        assert_eq!(r.met(), Some(false));
+        let r = Row::within_budget("y", "us", vec![1.0, 1.4, 2.0], 1.5);
+        assert_eq!((r.raw, r.framework, r.met()), (Some(1.5), 1.4, Some(true)));
+        assert!(r.raw_samples.is_empty());
+        assert_eq!(Row::within_budget("y", "us", vec![1.6], 1.5).met(), Some(false));
     }
 
     #[test]

@@ -175,6 +175,16 @@ impl<T> CudaGraph<T> {
         Self::build(stream, options, graph, output, id)
     }
 
+    /// Queues one replay on `stream` and returns without waiting. Safe: a replay yields nothing
+    /// to the host, its buffers are kept alive by the graph, and every later use of them (reads
+    /// included) is ordered after it.
+    pub fn enqueue(&self, stream: &Stream) -> Result<()>
+    where
+        T: Sync,
+    {
+        execute_locked(self.launch(), stream, "CudaGraph::enqueue inside another op's execution")
+    }
+
     /// One replay as an op. It borrows the graph, so it cannot outlive it.
     pub fn launch(&self) -> Op<Launch<'_, T>>
     where
@@ -228,7 +238,7 @@ impl<T> CudaGraph<T> {
         // (same id), so `node` is a kernel node of `self.graph`, which is alive and is the graph
         // `self.exec` was instantiated from. `TunableParam` guarantees parameter `index` has type
         // `P` and accepts any value; the driver also checks the size.
-        unsafe { self.exec.set_kernel_param(handle.node, handle.index, value)? };
+        unsafe { self.exec.set_kernel_param(handle.node, &handle.params, handle.index, value)? };
         Ok(())
     }
 

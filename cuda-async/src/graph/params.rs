@@ -3,8 +3,9 @@
 use crate::args::{BufferRef, IntoBufferOp};
 use crate::combinators::{value, Value};
 use crate::{GraphNode, Op, Result};
-use cuda_core::{Device, DeviceBuffer, DeviceRepr, Function, KernelNode, Stream};
+use cuda_core::{Device, DeviceBuffer, DeviceRepr, Function, KernelNode, KernelNodeParams, Stream};
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 /// A single value in device memory that kernels read through a pointer. A graph that captured a
 /// kernel reading it sees the new value on every replay after [`DeviceScalar::set`], with no
@@ -89,10 +90,20 @@ unsafe impl<T: TunableParam> TunableParam for Op<T> {
 /// Changes one scalar kernel parameter of an instantiated graph (see
 /// [`crate::graph::CudaGraph::set_param`]). Tied to the graph (and the capture) it came from; using
 /// it with another graph, or after a recapture, is an error.
-#[derive(Debug, Clone, Copy)]
+///
+/// Setting a parameter restores the node's other parameters to their recorded values (one driver
+/// call per update; the node's parameter list is read once, at record time).
+#[derive(Clone)]
 pub struct ParamHandle<P> {
     pub(crate) graph_id: u64,
     pub(crate) node: KernelNode,
+    pub(crate) params: Arc<KernelNodeParams>,
     pub(crate) index: usize,
     pub(crate) _p: PhantomData<fn(P)>,
+}
+
+impl<P> std::fmt::Debug for ParamHandle<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParamHandle").field("graph_id", &self.graph_id).field("index", &self.index).finish()
+    }
 }

@@ -4,6 +4,7 @@ use super::params::{ParamHandle, TunableParam};
 use crate::{DeviceError, ExecutionContext, GraphNode, Result};
 use cuda_core::Stream;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 /// The recorder handed to the closure of [`crate::graph::CudaGraph::scope`].
 ///
@@ -35,6 +36,8 @@ impl Scope<'_> {
         if !unsafe { node.launches(&expected)? } {
             return Err(not_it());
         }
-        Ok((out, ParamHandle { graph_id: self.graph_id, node, index: O::INDEX, _p: PhantomData }))
+        // SAFETY: as above.
+        let params = Arc::new(unsafe { node.read_params()? });
+        Ok((out, ParamHandle { graph_id: self.graph_id, node, params, index: O::INDEX, _p: PhantomData }))
     }
 }

@@ -433,32 +433,23 @@ impl GraphExec {
     }
 
     /// Replaces parameter `index` of kernel node `node` with `value` for future launches
-    /// (`cuGraphExecKernelNodeSetParams`); launches already queued are unaffected.
+    /// (`cuGraphExecKernelNodeSetParams`, one driver call); launches already queued are
+    /// unaffected. `params` is the node's snapshot ([`KernelNode::read_params`]): every other
+    /// parameter is set to its value there. The size of `T` is checked against the kernel's
+    /// parameter list.
     ///
     /// # Safety
     /// `node` must be a kernel node of the graph this executable was instantiated from (or updated
-    /// to), and that graph must still be alive. Parameter `index` must exist and have exactly the
-    /// type `T`, and the kernel must stay in bounds with the new value (never change a length or a
-    /// pointer this way).
+    /// to), that graph must still be alive, and `params` must be `node`'s snapshot. The kernel must
+    /// stay in bounds with the new value (never change a length or a pointer this way).
     pub unsafe fn set_kernel_param<T: crate::DeviceRepr>(
         &self,
         node: KernelNode,
+        params: &KernelNodeParams,
         index: usize,
         value: T,
     ) -> Result<()> {
-        self.device.bind()?;
-        // SAFETY: zeroed is valid for this plain C struct; the driver fills it.
-        let mut params: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
-        // SAFETY: the caller guarantees `node` is a live kernel node.
-        check(
-            unsafe { sys::cuGraphKernelNodeGetParams_v2(node.0, &mut params) },
-            "reading kernel node parameters",
-        )?;
-        if params.kernelParams.is_null() {
-            return Err(Error::InvalidArgument("the kernel node has no parameter array".into()));
-        }
-        let sizes = param_sizes(params.func);
-        match sizes.get(index) {
+        match params.sizes.get(index) {
             Some(&size) if size == std::mem::size_of::<T>() => {}
             Some(&size) => {
                 return Err(Error::InvalidArgument(format!(
@@ -469,23 +460,69 @@ impl GraphExec {
             None => {
                 return Err(Error::InvalidArgument(format!(
                     "the kernel has {} parameters; there is no parameter {index}",
-                    sizes.len()
+                    params.sizes.len()
                 )))
             }
         }
+        self.device.bind()?;
         let mut value = value;
-        // SAFETY: the kernel has `sizes.len()` parameters (checked with the driver), and the node's
-        // array holds one pointer per parameter.
-        let mut ptrs: Vec<*mut std::ffi::c_void> =
-            (0..sizes.len()).map(|i| unsafe { *params.kernelParams.add(i) }).collect();
+        let mut stack = [std::ptr::null_mut::<std::ffi::c_void>(); 16];
+        let mut heap;
+        let ptrs: &mut [*mut std::ffi::c_void] = if params.ptrs.len() <= stack.len() {
+            stack[..params.ptrs.len()].copy_from_slice(&params.ptrs);
+            &mut stack[..params.ptrs.len()]
+        } else {
+            heap = params.ptrs.clone();
+            &mut heap
+        };
         ptrs[index] = (&mut value as *mut T).cast();
-        params.kernelParams = ptrs.as_mut_ptr();
-        params.extra = std::ptr::null_mut();
-        // SAFETY: live handles; `ptrs` and `value` outlive the call, which copies the values.
+        let mut raw = params.raw;
+        raw.kernelParams = ptrs.as_mut_ptr();
+        raw.extra = std::ptr::null_mut();
+        // SAFETY: live handles; `ptrs` holds one pointer per parameter (the snapshot's, into the
+        // live template graph, plus `value`), all alive across the call, which copies the values.
         check(
-            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.raw, node.0, &params) },
+            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.raw, node.0, &raw) },
             "setting kernel node parameters",
         )
+    }
+}
+
+/// A snapshot of a kernel node's launch description and parameter list, read once so that each
+/// later parameter update costs one driver call. Its pointers refer to storage of the graph the
+/// node belongs to.
+pub struct KernelNodeParams {
+    raw: sys::CUDA_KERNEL_NODE_PARAMS,
+    ptrs: Vec<*mut std::ffi::c_void>,
+    sizes: Vec<usize>,
+}
+
+// SAFETY: read-only data; the pointers are only handed back to the driver, never dereferenced here.
+unsafe impl Send for KernelNodeParams {}
+// SAFETY: as above.
+unsafe impl Sync for KernelNodeParams {}
+
+impl KernelNode {
+    /// Reads the node's launch description and parameter sizes.
+    ///
+    /// # Safety
+    /// The graph the node belongs to must be alive.
+    pub unsafe fn read_params(&self) -> Result<KernelNodeParams> {
+        // SAFETY: zeroed is valid for this plain C struct; the driver fills it.
+        let mut raw: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        // SAFETY: the caller guarantees the node is alive.
+        check(
+            unsafe { sys::cuGraphKernelNodeGetParams_v2(self.0, &mut raw) },
+            "reading kernel node parameters",
+        )?;
+        if raw.kernelParams.is_null() {
+            return Err(Error::InvalidArgument("the kernel node has no parameter array".into()));
+        }
+        let sizes = param_sizes(raw.func);
+        // SAFETY: the kernel has `sizes.len()` parameters (from the driver) and the node's array
+        // holds one pointer per parameter.
+        let ptrs = (0..sizes.len()).map(|i| unsafe { *raw.kernelParams.add(i) }).collect();
+        Ok(KernelNodeParams { raw, ptrs, sizes })
     }
 }
 

@@ -131,12 +131,14 @@ pub trait DeviceOpExt: DeviceOp + Sized {
         crate::CudaGraph::capture(stream, self)
     }
 
-    /// Captures the op into a graph on a stream chosen by the default policy.
+    /// Captures the op into a graph on a new stream of the default device (the graph's stream,
+    /// where `update` runs; replays may run on any stream). A private stream, so that no other
+    /// work can be queued on it while it is captured.
     fn graph(self) -> Result<crate::CudaGraph<Self::Output>>
     where
         Self: GraphNode,
     {
-        let stream = scheduling::default_policy()?.next_stream()?;
+        let stream = Stream::new(&scheduling::default_device()?)?;
         crate::CudaGraph::capture(&stream, self)
     }
 

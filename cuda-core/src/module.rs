@@ -295,7 +295,21 @@ impl Function {
                 check(res, "launching a kernel")
             };
             self.device.bind()?;
+            if homes.iter().flatten().any(|a| a.home_stream().device() != stream.device()) {
+                return Err(Error::DeviceMismatch {
+                    during: "launching a kernel with a buffer of another device",
+                    expected: stream.device().ordinal(),
+                    actual: homes
+                        .iter()
+                        .flatten()
+                        .map(|a| a.home_stream().device().ordinal())
+                        .find(|&o| o != stream.device().ordinal())
+                        .unwrap_or(0),
+                });
+            }
             if !capture::any_active() && homes.iter().all(|h| h.is_none_or(|h| h.home_stream() == stream)) {
+                // Every buffer is homed on `stream`: one lock, no joins.
+                let _use = stream.lock_uses();
                 enqueue()
             } else {
                 let uses: Vec<&Arc<Allocation>> = homes.iter().flatten().copied().collect();

@@ -10,11 +10,14 @@ use crate::error::{check, Error, Result};
 use crate::event::Event;
 use cudarc::driver::sys;
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 struct StreamInner {
     device: Device,
     raw: sys::CUstream,
+    /// Held while work that uses buffers homed on this stream is being queued (see
+    /// `memory::order`): it makes each such use one atomic step in this stream's order.
+    uses: Mutex<()>,
 }
 
 // SAFETY: a CUstream may be used from any thread; the driver serialises enqueues internally.
@@ -95,13 +98,23 @@ impl Stream {
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
         // SAFETY: valid out-pointer; context bound.
         check(unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags, priority) }, "creating a stream")?;
-        Ok(Stream { inner: Arc::new(StreamInner { device: *device, raw }) })
+        Ok(Stream { inner: Arc::new(StreamInner { device: *device, raw, uses: Mutex::new(()) }) })
     }
 
     /// The device this stream belongs to.
     #[inline]
     pub fn device(&self) -> &Device {
         &self.inner.device
+    }
+
+    /// Locks this stream as a *home* stream while a use of its buffers is queued.
+    pub(crate) fn lock_uses(&self) -> MutexGuard<'_, ()> {
+        self.inner.uses.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A stable identity for lock ordering.
+    pub(crate) fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
     }
 
     /// The raw handle. Valid as long as any clone of this `Stream` lives.

@@ -1,14 +1,109 @@
-//! Small shared toolkit for the benchmark programs: command-line options, statistics, timing
-//! loops, a pseudo-random generator, a UTC timestamp, and a report that prints as a table and
-//! writes as JSON (by hand, no serde).
+//! Small shared toolkit for the benchmark programs: the program skeleton (exit code, error
+//! context, opening the GPU and describing it), command-line options, statistics, timing loops, a
+//! pseudo-random generator, a UTC timestamp, and a report that prints as a table and writes as JSON
+//! (by hand, no serde).
 //!
 //! Everything returns `Result<_, String>`: benchmarks print the message and exit with code 1.
 
+use cuda_core::{Device, Error};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::str::FromStr;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+// ---------------------------------------------------------------------------------------------
+// Program skeleton
+// ---------------------------------------------------------------------------------------------
+
+/// Runs a benchmark's `run` and turns its result into the exit code: on error, prints
+/// `{program}: error: {e}` on stderr and exits with code 1.
+pub fn main_with(program: &str, run: impl FnOnce() -> Result<(), String>) -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{program}: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Turns an error (cuda-core's, cuda-async's...) into a message naming what was being done, for
+/// `map_err`.
+pub fn ctx<E: std::fmt::Display>(what: &'static str) -> impl FnOnce(E) -> String {
+    move |e| format!("{what}: {e}")
+}
+
+/// Opens device 0, classifying "no GPU here" clearly (no driver, no device, unusable driver)
+/// before anything else touches the driver.
+pub fn open_device() -> Result<Device, String> {
+    match cuda_core::gpu_available() {
+        Ok(_) => {}
+        Err(e @ Error::NoDriver { .. }) => return Err(format!("no CUDA driver: {e}")),
+        Err(e @ Error::NoDevice { .. }) => return Err(format!("no CUDA device: {e}")),
+        Err(e) => return Err(format!("the CUDA driver is unusable: {e}")),
+    }
+    Device::new(0).map_err(ctx("opening device 0"))
+}
+
+/// The start of every benchmark: opens device 0 ([`open_device`]), runs `prepare` on it (e.g. makes
+/// it cuda-async's default device), reads what the report says about it ([`GpuInfo::read`]) and
+/// prints the banner ([`GpuInfo::print_banner`]).
+pub fn open_gpu(
+    program: &str,
+    prepare: impl FnOnce(&Device) -> Result<(), String>,
+) -> Result<(Device, GpuInfo), String> {
+    let dev = open_device()?;
+    prepare(&dev)?;
+    let gpu = GpuInfo::read(&dev)?;
+    gpu.print_banner(program);
+    Ok((dev, gpu))
+}
+
+/// Makes `dev` cuda-async's default device (for [`open_gpu`] in the benchmarks of cuda-async).
+pub fn make_async_default(dev: &Device) -> Result<(), String> {
+    cuda_async::scheduling::set_default_device(dev.ordinal()).map_err(ctx("setting the default device"))
+}
+
+/// What a benchmark prints and reports about the GPU and the CUDA libraries.
+#[derive(Debug, Clone)]
+pub struct GpuInfo {
+    name: String,
+    arch: String,
+    driver: (u32, u32),
+    nvrtc: (i32, i32),
+}
+
+impl GpuInfo {
+    /// Reads the driver's CUDA version, `dev`'s architecture and NVRTC's version (loading NVRTC).
+    pub fn read(dev: &Device) -> Result<GpuInfo, String> {
+        let driver = cuda_core::driver_version().map_err(ctx("reading the driver version"))?;
+        let arch = dev.sm_arch().map_err(ctx("reading the compute capability"))?;
+        let nvrtc = cuda_core::nvrtc::nvrtc_version().map_err(ctx("loading NVRTC"))?;
+        Ok(GpuInfo { name: dev.name().to_string(), arch, driver, nvrtc })
+    }
+
+    /// Prints `{program}: GPU (arch), driver CUDA x.y, NVRTC x.y`.
+    pub fn print_banner(&self, program: &str) {
+        let ((dm, dn), (nm, nn)) = (self.driver, self.nvrtc);
+        println!("{program}: {} ({}), driver CUDA {dm}.{dn}, NVRTC {nm}.{nn}", self.name, self.arch);
+    }
+
+    /// An empty report for `benchmark` whose first metadata are the date, the GPU, its
+    /// architecture, the driver's CUDA version, the kernel module's version and NVRTC's version.
+    pub fn report(&self, benchmark: &str) -> Report {
+        let ((dm, dn), (nm, nn)) = (self.driver, self.nvrtc);
+        let mut report = Report::new(benchmark);
+        report.meta("date_utc", utc_now());
+        report.meta("gpu", self.name.as_str());
+        report.meta("arch", self.arch.as_str());
+        report.meta("driver_cuda_version", format!("{dm}.{dn}"));
+        report.meta("nvidia_kernel_module", nvidia_kernel_module_version());
+        report.meta("nvrtc_version", format!("{nm}.{nn}"));
+        report
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Command-line options
@@ -41,6 +136,21 @@ impl Options {
     /// Parses the process's arguments (without the program name).
     pub fn from_env(spec: &[OptSpec]) -> Result<Options, String> {
         Self::parse(std::env::args().skip(1), spec)
+    }
+
+    /// Parses the process's arguments; on `-h`/`--help` prints the usage text for `program` and
+    /// returns `None`.
+    pub fn from_env_or_usage(
+        program: &str,
+        about: &str,
+        spec: &[OptSpec],
+    ) -> Result<Option<Options>, String> {
+        let opts = Self::from_env(spec)?;
+        if opts.help_requested() {
+            print!("{}", usage(program, about, spec));
+            return Ok(None);
+        }
+        Ok(Some(opts))
     }
 
     /// Parses `args` against `spec`. Unknown options, missing values and repeated options are
@@ -79,6 +189,11 @@ impl Options {
     /// The raw value of option `name`, if given.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.values.get(name).map(String::as_str)
+    }
+
+    /// The path given with [`JSON_OPT`], if any.
+    pub fn json_path(&self) -> Option<PathBuf> {
+        self.get(JSON_OPT.name).map(PathBuf::from)
     }
 
     /// The value of option `name` parsed as `T`, or `default` if not given.
@@ -707,6 +822,32 @@ impl Report {
         }
         std::fs::write(path, self.to_json().to_text()).map_err(|e| format!("writing {}: {e}", path.display()))
     }
+
+    /// Adds the outcome of the correctness check as the last metadata entry, prints the table and
+    /// whether the goals are met, and writes the JSON to `json` if given.
+    pub fn publish(
+        &mut self,
+        correctness: &Result<String, String>,
+        json: Option<&Path>,
+    ) -> Result<(), String> {
+        let verdict = match correctness {
+            Ok(s) => Json::from(s.as_str()),
+            Err(e) => Json::from(format!("FAILED: {e}")),
+        };
+        self.meta("correctness", verdict);
+        print!("{}", self.table());
+        println!("goals met: {}", if self.all_met() { "yes" } else { "NO" });
+        if let Some(path) = json {
+            self.write_json(path)?;
+            println!("wrote {}", path.display());
+        }
+        Ok(())
+    }
+}
+
+/// The benchmark's last word: prints `correctness: {summary}`, or fails with the check's error.
+pub fn conclude(correctness: Result<String, String>) -> Result<(), String> {
+    correctness.map(|s| println!("correctness: {s}")).map_err(|e| format!("correctness check failed: {e}"))
 }
 
 #[cfg(test)]
@@ -732,6 +873,14 @@ mod tests {
         assert!(Options::parse(["--n".to_string()], &spec).is_err());
         assert!(Options::parse(["--n", "1", "--n", "2"].map(String::from), &spec).is_err());
         assert!(o.count_or("--n", 1, 6).is_err());
+        assert_eq!(o.json_path(), Some(PathBuf::from("a.json")));
+        assert_eq!(Options::parse([], &spec).unwrap().json_path(), None);
+    }
+
+    #[test]
+    fn conclude_reports_the_check() {
+        assert_eq!(conclude(Ok("fine".into())), Ok(()));
+        assert_eq!(conclude(Err("bad".into())), Err("correctness check failed: bad".to_string()));
     }
 
     #[test]

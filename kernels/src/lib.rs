@@ -4,6 +4,8 @@
 //! `cuda-core`'s kernel cache (memory, then disk). Each launcher checks lengths and devices, takes
 //! inputs by `&` and outputs by `&mut`, and launches a grid-stride kernel that touches exactly the
 //! elements `0..len`, so safe callers cannot cause an out-of-bounds access or a data race.
+//! The fully connected layer [`Kernels::linear`] (lazy form: [`ops::linear`]) checks each of its
+//! buffers against a [`LinearShape`] instead and writes exactly its output matrix.
 
 #![warn(missing_docs)]
 
@@ -17,6 +19,8 @@ pub mod ops;
 pub const ELEMENTWISE_SRC: &str = include_str!("../cuda/elementwise.cu");
 /// CUDA C source of the reduction kernels.
 pub const REDUCE_SRC: &str = include_str!("../cuda/reduce.cu");
+/// CUDA C source of the fully connected layer kernel ([`Kernels::linear`]).
+pub const LINEAR_SRC: &str = include_str!("../cuda/linear.cu");
 
 /// Threads per block of every launcher.
 pub const BLOCK: u32 = 256;
@@ -52,6 +56,7 @@ pub struct TypedKernels {
     add: Function,
     mul: Function,
     sum: Function,
+    pub(crate) linear: Function,
 }
 
 /// All kernels, loaded on one device.
@@ -63,7 +68,12 @@ pub struct Kernels {
 }
 
 impl TypedKernels {
-    fn load(ew: &cuda_core::Module, red: &cuda_core::Module, s: &str) -> Result<Self> {
+    fn load(
+        ew: &cuda_core::Module,
+        red: &cuda_core::Module,
+        lin: &cuda_core::Module,
+        s: &str,
+    ) -> Result<Self> {
         Ok(TypedKernels {
             fill: ew.function(&format!("fill_{s}"))?,
             scale: ew.function(&format!("scale_{s}"))?,
@@ -72,6 +82,7 @@ impl TypedKernels {
             add: ew.function(&format!("add_{s}"))?,
             mul: ew.function(&format!("mul_{s}"))?,
             sum: red.function(&format!("sum_{s}"))?,
+            linear: lin.function(&format!("linear_{s}"))?,
         })
     }
 }
@@ -92,12 +103,13 @@ impl Kernels {
         }
         let ew = device.compile_module("elementwise.cu", ELEMENTWISE_SRC, &options())?;
         let red = device.compile_module("reduce.cu", REDUCE_SRC, &options())?;
+        let lin = device.compile_module("linear.cu", LINEAR_SRC, &options())?;
         let sms = device.multiprocessor_count()?;
         let k: &'static Kernels = Box::leak(Box::new(Kernels {
             device: *device,
             max_blocks: sms.saturating_mul(32).max(1),
-            f32: TypedKernels::load(&ew, &red, "f32")?,
-            f64: TypedKernels::load(&ew, &red, "f64")?,
+            f32: TypedKernels::load(&ew, &red, &lin, "f32")?,
+            f64: TypedKernels::load(&ew, &red, &lin, "f64")?,
         }));
         map.insert(device.ordinal(), k);
         Ok(k)
@@ -249,5 +261,135 @@ impl Kernels {
         // SAFETY: matches `sum_<T>(const T* x, double* out, n)`; reads x[0..n], adds into out[0]
         // (zeroed above on the same stream); block size 256 is a multiple of 32.
         unsafe { T::kernels(self).sum.launch(stream, self.config(n), (x, out, n as u64)) }
+    }
+
+    /// A fully connected layer: `y[r, o] = act(b[o] + sum_i x[r, i] * w[o, i])` for every row
+    /// `r < shape.batch` and output feature `o < shape.out_dim`, with `act` = ReLU (`max(0, .)`)
+    /// when `shape.relu`, else the identity. Row-major `x[batch][in_dim]`, `w[out_dim][in_dim]`
+    /// (PyTorch's `nn.Linear` layout), `b[out_dim]`, `y[batch][out_dim]`. Accumulates in `T`
+    /// (`f32` for `f32`).
+    ///
+    /// Checks, before launching anything: the stream and the four buffers are on these kernels'
+    /// device ([`Error::DeviceMismatch`]); every dimension is at most `i32::MAX` and the element counts do
+    /// not overflow ([`Error::InvalidArgument`]); `x.len() == batch * in_dim`,
+    /// `w.len() == out_dim * in_dim`, `b.len() == out_dim` and `y.len() == batch * out_dim`
+    /// ([`Error::LengthMismatch`]). With `batch == 0` or `out_dim == 0` nothing is launched; with
+    /// `in_dim == 0`, `y` gets the (activated) bias.
+    ///
+    /// One warp computes one output feature for a tile of up to four rows (see
+    /// `cuda/linear.cu`); every element of `y` is written exactly once, nothing else is.
+    pub fn linear<T: Element>(
+        &self,
+        stream: &Stream,
+        x: &DeviceBuffer<T>,
+        w: &DeviceBuffer<T>,
+        b: &DeviceBuffer<T>,
+        y: &mut DeviceBuffer<T>,
+        shape: LinearShape,
+    ) -> Result<()> {
+        const DURING: &str = "linear kernel";
+        let lens = shape.lens()?;
+        self.check(stream, DURING, &[lens.y])?; // the stream's device (one length: always agrees)
+        for buf_device in [x.device(), w.device(), b.device(), y.device()] {
+            if buf_device != stream.device() {
+                return Err(Error::DeviceMismatch {
+                    during: DURING,
+                    expected: stream.device().ordinal(),
+                    actual: buf_device.ordinal(),
+                });
+            }
+        }
+        for (during, expected, actual) in [
+            ("linear kernel: x must hold batch * in_dim elements", lens.x, x.len()),
+            ("linear kernel: w must hold out_dim * in_dim elements", lens.w, w.len()),
+            ("linear kernel: b must hold out_dim elements", lens.b, b.len()),
+            ("linear kernel: y must hold batch * out_dim elements", lens.y, y.len()),
+        ] {
+            if expected != actual {
+                return Err(Error::LengthMismatch { during, expected, actual });
+            }
+        }
+        if shape.batch == 0 || shape.out_dim == 0 {
+            return Ok(());
+        }
+        let warps = BLOCK / 32;
+        // Dimensions are <= i32::MAX (checked by `lens`), so these fit in u32.
+        let blocks_x = shape.out_dim.div_ceil(warps as usize) as u32;
+        let tiles = shape.batch.div_ceil(LINEAR_ROWS);
+        let cfg = LaunchConfig {
+            grid: (blocks_x, tiles.min(MAX_GRID_Y) as u32, 1),
+            block: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (batch, in_dim, out_dim) = (shape.batch as u32, shape.in_dim as u32, shape.out_dim as u32);
+        // SAFETY: matches `linear_<T>(const T* x, const T* w, const T* b, T* y, unsigned batch,
+        // unsigned in_dim, unsigned out_dim, int relu)`. The lengths of all four buffers were
+        // checked against the dimensions above, and the kernel reads x[0..batch*in_dim],
+        // w[0..out_dim*in_dim], b[0..out_dim] and writes only y[0..batch*out_dim] (rows tiled by
+        // LINEAR_ROWS, the same constant as the kernel's; any grid is correct); `y` is borrowed
+        // mutably, so it aliases none of the inputs. BLOCK is a multiple of 32, as the kernel needs.
+        unsafe {
+            T::kernels(self).linear.launch(
+                stream,
+                cfg,
+                (x, w, b, y, batch, in_dim, out_dim, i32::from(shape.relu)),
+            )
+        }
+    }
+}
+
+/// Batch rows per warp tile of the linear kernel (`LINEAR_ROWS` in `cuda/linear.cu`).
+const LINEAR_ROWS: usize = 4;
+/// The largest `gridDim.y` of a launch; the linear kernel strides over further row tiles.
+const MAX_GRID_Y: usize = 65_535;
+
+/// The dimensions of a fully connected layer ([`Kernels::linear`], [`ops::linear`]): `batch` rows
+/// of `in_dim` inputs mapped to `out_dim` outputs, with ReLU applied to the outputs when `relu`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LinearShape {
+    /// Rows of `x` and `y`.
+    pub batch: usize,
+    /// Features per input row (columns of `x` and of `w`).
+    pub in_dim: usize,
+    /// Features per output row (rows of `w`, elements of `b`, columns of `y`).
+    pub out_dim: usize,
+    /// Whether ReLU is applied to the outputs.
+    pub relu: bool,
+}
+
+/// The element counts a [`LinearShape`] requires of its four buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinearLens {
+    /// `batch * in_dim`.
+    pub x: usize,
+    /// `out_dim * in_dim`.
+    pub w: usize,
+    /// `out_dim`.
+    pub b: usize,
+    /// `batch * out_dim`.
+    pub y: usize,
+}
+
+impl LinearShape {
+    /// The element counts of `x`, `w`, `b` and `y`, or [`Error::InvalidArgument`] when a
+    /// dimension exceeds `i32::MAX` (the kernel's index arithmetic) or a count overflows `usize`.
+    pub fn lens(&self) -> Result<LinearLens> {
+        let limit = i32::MAX as usize;
+        if self.batch > limit || self.in_dim > limit || self.out_dim > limit {
+            return Err(Error::InvalidArgument(format!(
+                "linear layer {self:?}: every dimension must be at most {limit}"
+            )));
+        }
+        let mul = |a: usize, b: usize| {
+            a.checked_mul(b).ok_or_else(|| {
+                Error::InvalidArgument(format!("linear layer {self:?}: {a} * {b} elements overflow"))
+            })
+        };
+        Ok(LinearLens {
+            x: mul(self.batch, self.in_dim)?,
+            w: mul(self.out_dim, self.in_dim)?,
+            b: self.out_dim,
+            y: mul(self.batch, self.out_dim)?,
+        })
     }
 }

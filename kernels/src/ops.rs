@@ -1,4 +1,5 @@
-//! The kernels as lazy [`cuda_async`] ops: `fill`, `scale`, `axpy`, `add`, `mul` and `sum`.
+//! The kernels as lazy [`cuda_async`] ops: `fill`, `scale`, `axpy`, `add`, `mul`, `sum` and
+//! `linear`.
 //!
 //! Every launcher takes its buffers as [`IntoBufferOp`] arguments: `&DeviceBuffer<T>`,
 //! `&mut DeviceBuffer<T>`, an owned `DeviceBuffer<T>`, an `Arc<DeviceBuffer<T>>`, or a lazy op
@@ -20,6 +21,7 @@
 //! Kernels are compiled (or read from the cache) on first use per device by [`Kernels::get`]; run
 //! one op before recording a graph to keep compilation out of the recording.
 
+pub use crate::LinearShape;
 use crate::{Element, Kernels};
 use cuda_async::TunableParam;
 use cuda_async::{
@@ -201,6 +203,76 @@ launcher! {
         check: one_element("sum", out.len()),
         launch: |k, s| k.sum(s, x, out),
     }
+}
+
+/// `Ok` when the four buffers of a linear layer have the lengths `shape` requires, else a
+/// [`DeviceError::Shape`] naming every length.
+fn linear_lens(shape: &LinearShape, x: usize, w: usize, b: usize, y: usize) -> cuda_async::Result<()> {
+    let want = shape.lens().map_err(|e| DeviceError::shape("linear", e.to_string()))?;
+    if (want.x, want.w, want.b, want.y) == (x, w, b, y) {
+        return Ok(());
+    }
+    Err(DeviceError::shape(
+        "linear",
+        format!(
+            "{shape:?} needs x, w, b, y of {}, {}, {}, {} elements; got {x}, {w}, {b}, {y}",
+            want.x, want.w, want.b, want.y
+        ),
+    ))
+}
+
+launcher! {
+    /// A fully connected layer `y = act(x w^T + b)`. Built by [`linear`].
+    Linear {
+        op: "linear",
+        params: { shape: LinearShape, _t: PhantomData<fn() -> T> },
+        inputs: { x: X, w: W, b: B },
+        output: y: Y => DeviceBuffer<T>,
+        check: linear_lens(&shape, x.len(), w.len(), b.len(), y.len()),
+        launch: |k, s| k.linear(s, x, w, b, y, shape),
+    }
+}
+
+/// The op [`linear`] returns for the arguments `X`, `W`, `B` and `Y`.
+pub type LinearOp<T, X, W, B, Y> = Op<
+    Linear<
+        T,
+        <X as IntoBufferOp<T>>::Op,
+        <W as IntoBufferOp<T>>::Op,
+        <B as IntoBufferOp<T>>::Op,
+        <Y as IntoBufferOp<T>>::Op,
+    >,
+>;
+
+/// A fully connected layer, yielding `y`'s handle: `y[r, o] = act(b[o] + sum_i x[r, i] * w[o, i])`
+/// for `r < shape.batch`, `o < shape.out_dim`, with `act` = ReLU when `shape.relu`, else the
+/// identity (see [`Kernels::linear`]). Row-major `x[batch][in_dim]`, `w[out_dim][in_dim]`
+/// (PyTorch's `nn.Linear` layout), `b[out_dim]`, `y[batch][out_dim]`; accumulates in `T`.
+///
+/// `y` must be writable (`&mut`, owned, or a lazy op yielding one of these); every element of it
+/// is overwritten, so it need not be initialised to anything in particular. Executing runs the `x`,
+/// `w`, `b` and `y` ops in that order, checks `x.len() == batch * in_dim`,
+/// `w.len() == out_dim * in_dim`, `b.len() == out_dim` and `y.len() == batch * out_dim` (else
+/// [`DeviceError::Shape`], and nothing is launched) and launches one kernel on the context's
+/// stream. A [`GraphNode`] when all four argument ops are, e.g. over borrowed buffers:
+/// `scope.record(ops::linear(&x, &w, &b, &mut y, shape))`.
+pub fn linear<T, X, W, B, Y>(x: X, w: W, b: B, y: Y, shape: LinearShape) -> LinearOp<T, X, W, B, Y>
+where
+    T: Element,
+    X: IntoBufferOp<T>,
+    W: IntoBufferOp<T>,
+    B: IntoBufferOp<T>,
+    Y: IntoBufferOp<T>,
+    Y::Out: BufferMut<T>,
+{
+    Op::new(Linear {
+        shape,
+        _t: PhantomData,
+        x: x.into_buffer_op(),
+        w: w.into_buffer_op(),
+        b: b.into_buffer_op(),
+        y: y.into_buffer_op(),
+    })
 }
 
 /// Sets every element of `dst` to `value` with the `fill` kernel, yielding `dst`'s handle.

@@ -1,5 +1,6 @@
 //! Test-only kernels and ops: a kernel that runs for a chosen time then writes, and an add-scalar
-//! kernel, wrapped as `DeviceOp`s over any buffer argument.
+//! kernel, wrapped as `DeviceOp`s over any buffer argument (both are `GraphNode`s: they can be recorded
+//! into a CUDA graph).
 
 use cuda_async::{BufferMut, DeviceOp, ExecutionContext, Result};
 use cuda_core::{Device, Function, LaunchConfig};
@@ -97,3 +98,10 @@ impl<B: BufferMut<f32>> DeviceOp for AddScalar<B> {
         Ok(self.buf)
     }
 }
+
+// SAFETY: one kernel launch over the existing buffer `buf` (not a lazy op: nothing else runs); it
+// allocates, frees and synchronises nothing, so it may be recorded into a graph.
+unsafe impl<B: BufferMut<f32>> cuda_async::GraphNode for SpinWrite<B> {}
+
+// SAFETY: as for `SpinWrite`: one kernel launch over an existing buffer.
+unsafe impl<B: BufferMut<f32>> cuda_async::GraphNode for AddScalar<B> {}

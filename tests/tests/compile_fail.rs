@@ -3,8 +3,8 @@
 //!
 //! Needs no GPU (nothing is launched). Regenerate the `.stderr` files with
 //! `TRYBUILD=overwrite cargo test -p cuda-async-tests --test compile_fail` and review them: each
-//! must show the intended error (a missing `GraphNode`, `Send` or `BufferMut` bound, or a use
-//! after move), not an unrelated one.
+//! must show the intended error (a missing `GraphNode`, `Send` or `BufferMut` bound, a use
+//! after move, a borrow held by a graph or its replay, a mistyped parameter), not an unrelated one.
 
 #[test]
 fn compile_fail() {
@@ -16,6 +16,14 @@ fn compile_fail() {
         "arc_as_output",
         "shared_borrow_as_output",
         "use_after_move_into_op",
+        "graph_launch_outlives_graph",
+        "graph_record_alloc",
+        "graph_record_lazy_alloc_arg",
+        "graph_capture_non_graph_node",
+        "graph_launch_not_graph_node",
+        "graph_scope_not_send",
+        "graph_output_borrow",
+        "graph_set_param_wrong_type",
     ] {
         t.compile_fail(format!("ui/{case}.rs"));
     }

@@ -28,10 +28,15 @@ impl Scope<'_> {
     /// parameter in the instantiated graph without recapture.
     pub fn record_param<O: TunableParam>(&mut self, op: O) -> Result<(O::Output, ParamHandle<O::Param>)> {
         let expected = O::function(self.stream.device())?;
+        let before = self.stream.last_captured_kernel_node()?;
         let out = self.record(op)?;
         let not_it =
             || DeviceError::Scheduling("record_param: the op's last recorded work is not its kernel".into());
         let node = self.stream.last_captured_kernel_node()?.ok_or_else(not_it)?;
+        if Some(node) == before {
+            // The op recorded nothing (e.g. empty buffers): the frontier is an earlier node.
+            return Err(not_it());
+        }
         // SAFETY: the node belongs to the graph being captured, which is alive.
         if !unsafe { node.launches(&expected)? } {
             return Err(not_it());

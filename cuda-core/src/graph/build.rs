@@ -115,6 +115,7 @@ impl Graph {
     /// All nodes of the graph (top level; conditional bodies and child graphs not expanded).
     pub fn nodes(&self) -> Result<Vec<Node>> {
         let mut n = self.node_count()?;
+        let _g = self.guard();
         let mut raw = vec![std::ptr::null_mut(); n];
         // SAFETY: `raw` has room for `n` nodes; the driver writes at most `n` and updates `n`.
         check(unsafe { sys::cuGraphGetNodes(self.raw, raw.as_mut_ptr(), &mut n) }, "listing graph nodes")?;

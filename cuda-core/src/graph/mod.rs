@@ -15,7 +15,7 @@ use cudarc::driver::sys;
 use std::any::Any;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 mod build;
 mod conditional;
@@ -111,7 +111,7 @@ impl Stream {
         for a in record.keep {
             keep.add_alloc(&a);
         }
-        Ok(Graph { raw, device: *self.device(), id: next_id(), keep, bodies: 0 })
+        Ok(Graph { raw, device: *self.device(), id: next_id(), keep, bodies: 0, lock: Mutex::new(()) })
     }
 
     /// The kernel node most recently captured on this stream, if the capture's current frontier is
@@ -235,12 +235,14 @@ pub struct Graph {
     keep: Keep,
     /// How many conditional bodies were created (each gets its own node-id space).
     bodies: u64,
+    /// Graph objects are not internally synchronised by the driver: `&self` calls take this.
+    lock: Mutex<()>,
 }
 
 // SAFETY: graph handles may be moved between threads; all mutation goes through `&mut self`.
 unsafe impl Send for Graph {}
-// SAFETY: `&Graph` only allows read-only queries and instantiation, which the driver allows
-// concurrently with other readers.
+// SAFETY: every driver call through `&Graph` (queries, instantiation, DOT export) holds
+// `self.lock`, so the driver never sees concurrent calls on one graph; mutation needs `&mut`.
 unsafe impl Sync for Graph {}
 
 impl Drop for Graph {
@@ -257,7 +259,14 @@ impl Graph {
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer; flags must be 0.
         check(unsafe { sys::cuGraphCreate(&mut raw, 0) }, "creating a graph")?;
-        Ok(Graph { raw, device: *device, id: next_id(), keep: Keep::default(), bodies: 0 })
+        Ok(Graph {
+            raw,
+            device: *device,
+            id: next_id(),
+            keep: Keep::default(),
+            bodies: 0,
+            lock: Mutex::new(()),
+        })
     }
 
     /// The allocations this graph's nodes use (kept alive by the graph and its executables).
@@ -275,8 +284,13 @@ impl Graph {
         &self.device
     }
 
+    pub(crate) fn guard(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Number of nodes.
     pub fn node_count(&self) -> Result<usize> {
+        let _g = self.guard();
         let mut n = 0usize;
         // SAFETY: a null node array asks for the count only.
         check(
@@ -295,14 +309,20 @@ impl Graph {
             ));
         }
         self.device.bind()?;
+        let _g = self.guard();
         let mut raw = std::ptr::null_mut();
         // SAFETY: live graph; valid out-pointer.
         check(
             unsafe { sys::cuGraphInstantiateWithFlags(&mut raw, self.raw, flags.0) },
             "instantiating a graph",
         )?;
-        let mut exec =
-            GraphExec { raw, device: self.device, keep: Arc::new(Keep::default()), homes: Vec::new() };
+        let mut exec = GraphExec {
+            raw,
+            device: self.device,
+            keep: Arc::new(Keep::default()),
+            homes: Vec::new(),
+            lock: Mutex::new(()),
+        };
         exec.adopt(self);
         Ok(exec)
     }
@@ -325,6 +345,8 @@ pub struct GraphExec {
     keep: Arc<Keep>,
     /// The distinct home streams of `keep`.
     homes: Vec<Stream>,
+    /// Executable graphs are not internally synchronised by the driver: `&self` calls take this.
+    lock: Mutex<()>,
 }
 
 /// The outcome of [`GraphExec::update`].
@@ -345,7 +367,9 @@ pub enum ExecUpdate {
 
 // SAFETY: executable graph handles may be used from any thread.
 unsafe impl Send for GraphExec {}
-// SAFETY: launches of one executable graph from several threads are serialised by the driver.
+// SAFETY: every driver call through `&GraphExec` (launch, upload, parameter updates) holds
+// `self.lock`, so the driver never sees concurrent calls on one executable graph; `update` needs
+// `&mut`.
 unsafe impl Sync for GraphExec {}
 
 impl Drop for GraphExec {
@@ -366,6 +390,7 @@ impl GraphExec {
     /// Uploads the executable graph to the device on `stream` (ahead of the first launch).
     pub fn upload(&self, stream: &Stream) -> Result<()> {
         self.device.bind()?;
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: live graph exec and stream.
         check(unsafe { sys::cuGraphUpload(self.raw, stream.raw()) }, "uploading a graph")
     }
@@ -392,6 +417,7 @@ impl GraphExec {
     /// buffers on their home streams, so it neither races other work nor outlives the memory.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         self.device.bind()?;
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let go = || {
             // SAFETY: live handles; every address in the graph belongs to an allocation in
             // `self.keep` (captured uses are recorded), which outlives this executable graph.
@@ -465,6 +491,7 @@ impl GraphExec {
             }
         }
         self.device.bind()?;
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut value = value;
         let mut stack = [std::ptr::null_mut::<std::ffi::c_void>(); 16];
         let mut heap;

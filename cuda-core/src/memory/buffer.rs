@@ -223,14 +223,19 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         }
         capture::refuse_if_capturing(stream, "a blocking copy to the host on a stream being captured")?;
         stream.device().bind()?;
-        ordered_on(stream, &[&self.alloc], || {
+        let queued = ordered_on(stream, &[&self.alloc], || {
             // SAFETY: the caller guarantees `out` is writable for size_bytes() bytes; we synchronize
             // below before returning, so the driver's write is complete when the caller resumes.
             let res =
                 unsafe { sys::cuMemcpyDtoHAsync_v2(out.cast(), self.ptr, self.size_bytes(), stream.raw()) };
-            check(res, "copying device to host")?;
-            stream.synchronize()
-        })
+            check(res, "copying device to host")
+        });
+        // Wait outside the home-stream lock (other threads' uses need not wait for our host wait),
+        // and wait even if a join failed after the copy was queued: `out` must not be released
+        // while the driver may still write into it.
+        let waited = stream.synchronize();
+        queued?;
+        waited
     }
 
     /// Copies the whole buffer to a new `Vec`, blocking, ordered on the home stream.

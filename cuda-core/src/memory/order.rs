@@ -7,6 +7,13 @@
 //! and the final free, is ordered after it, whichever stream it ran on. This costs nothing for
 //! same-stream use and two pooled event records and waits per foreign home stream otherwise.
 //!
+//! **Atomic uses.** Each use — the wait before, the work, the join after — is queued while holding
+//! a lock of every home stream involved (taken in a fixed order, released before any host wait).
+//! So every use of a buffer is one step in its home stream's order, also when several threads
+//! queue work at once. That matters for work that writes through a shared handle (graph replays,
+//! `DeviceScalar::set`): without it, a use queued by another thread on the home stream between the
+//! work and its join-back could run concurrently with the work.
+//!
 //! While the stream is being captured into a graph, the uses are recorded instead (the graph keeps
 //! the allocations alive) and no join is made; replays of the graph make the joins.
 
@@ -36,11 +43,19 @@ pub(crate) fn join_homes<'a, R>(
     homes: impl Iterator<Item = &'a Stream> + Clone,
     enqueue: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
-    for h in homes.clone().filter(|h| *h != on) {
+    let mut distinct: Vec<&Stream> = Vec::with_capacity(2);
+    for h in homes {
+        if !distinct.contains(&h) {
+            distinct.push(h);
+        }
+    }
+    distinct.sort_by_key(|h| h.id());
+    let _guards: Vec<_> = distinct.iter().map(|h| h.lock_uses()).collect();
+    for h in distinct.iter().filter(|h| **h != on) {
         on.wait_stream(h)?;
     }
     let out = enqueue();
-    for h in homes.filter(|h| *h != on) {
+    for h in distinct.iter().filter(|h| **h != on) {
         h.wait_stream(on)?;
     }
     out

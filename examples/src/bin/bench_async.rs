@@ -31,32 +31,16 @@
 //! [--json PATH]`
 
 use cuda_async::combinators::BoxedOp;
-use cuda_async::{DeviceError, DeviceOp, DeviceOpExt, ExecutionContext, Op};
-use cuda_async_examples::bench::{self, Json, OptSpec, Options, Report, Row, SplitMix64, JSON_OPT};
-use cuda_core::nvrtc::KernelCache;
-use cuda_core::{Device, DeviceBuffer, Error, Function, LaunchConfig, Module, Stream};
-use cudarc::driver::sys;
+use cuda_async::{DeviceError, DeviceOpExt, Op};
+use cuda_async_examples::bench::{self, ctx, Json, OptSpec, Options, Row, SplitMix64, JSON_OPT};
+use cuda_async_examples::raw::{Counted, Tiny, TinyChecker, TinyFunction, TinyImage, TinyRaw, TINY_ELEMS};
+use cuda_core::{Device, DeviceBuffer, Stream};
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::ffi::{c_void, CStr};
 use std::ops::Range;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 use tokio::runtime::Runtime;
 
-/// The kernel both sides launch. One block of 32 threads over 32 floats.
-const SRC: &str = r#"extern "C" __global__ void tiny(float* x, float a, unsigned long long n) {
-    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = a * x[i] + 1.0f;
-}
-"#;
-const KERNEL: &CStr = c"tiny";
-const ELEMS: usize = 32;
-/// `x <- a*x + 1` with `a < 1` converges to `1 / (1 - a)` = 1000: values stay finite for any number
-/// of launches.
-const SCALE: f32 = 0.999;
-const CFG: LaunchConfig = LaunchConfig { grid: (1, 1, 1), block: (ELEMS as u32, 1, 1), shared_mem_bytes: 0 };
 /// Length of the boxed `.then` chain of measurement 5.
 const THEN_LEN: usize = 100;
 
@@ -88,56 +72,12 @@ const SPEC: &[OptSpec] = &[
 ];
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench-async: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Turns a cuda-core error into a message naming what was being done.
-fn ctx(what: &'static str) -> impl FnOnce(Error) -> String {
-    move |e| format!("{what}: {e}")
-}
-
-/// Turns a cuda-async error into a message naming what was being done.
-fn dctx(what: &'static str) -> impl FnOnce(DeviceError) -> String {
-    move |e| format!("{what}: {e}")
+    bench::main_with("bench-async", run)
 }
 
 // ---------------------------------------------------------------------------------------------
-// The framework's op
+// The framework side
 // ---------------------------------------------------------------------------------------------
-
-/// One launch of the tiny kernel on a buffer, as a `cuda-async` op.
-struct Tiny<'a> {
-    func: &'a Function,
-    buf: &'a mut DeviceBuffer<f32>,
-}
-
-impl DeviceOp for Tiny<'_> {
-    type Output = ();
-
-    #[inline]
-    fn execute(self, ctx: &ExecutionContext<'_>) -> cuda_async::Result<()> {
-        let n = self.buf.len() as u64;
-        // SAFETY: `tiny(float* x, float a, unsigned long long n)` takes exactly
-        // (&mut DeviceBuffer<f32>, f32, u64) in this order and layout. It writes x[i] only for
-        // i < n = self.buf.len() (and i < 32, the block size), through the exclusive `&mut`
-        // buffer; `Function::launch` orders the launch after the buffer's earlier uses if its home
-        // stream is not ctx.stream().
-        unsafe { self.func.launch(ctx.stream(), CFG, (self.buf, SCALE, n)) }?;
-        Ok(())
-    }
-}
-
-/// A framework buffer with the number of kernels that have run on it (for the correctness check).
-struct Counted {
-    buf: DeviceBuffer<f32>,
-    launches: u64,
-}
 
 /// The framework side's state. Field order is drop order: the buffers' frees are queued first,
 /// then the function (and its module) go, then the stream.
@@ -150,18 +90,17 @@ struct Fw {
     chain: Vec<Counted>,
     /// Homes: streams of the default policy's pool, round robin. Used by 4.
     tasks: Vec<Counted>,
-    func: Function,
+    func: TinyFunction,
     stream: Stream,
 }
 
 impl Fw {
-    fn new(dev: &Device, image: &[u8], init: &[f32], chain: usize, tasks: usize) -> Result<Fw, String> {
-        let module = Module::from_cubin(dev, image).map_err(ctx("Module::from_cubin"))?;
-        let func = module.function("tiny").map_err(ctx("Module::function"))?;
+    fn new(dev: &Device, image: &TinyImage, init: &[f32], chain: usize, tasks: usize) -> Result<Fw, String> {
+        let func = image.load(dev)?;
         let stream = Stream::new(dev).map_err(ctx("Stream::new"))?;
         let on_stream = |what: &'static str| {
             DeviceBuffer::from_host(&stream, init)
-                .map(|buf| Counted { buf, launches: 0 })
+                .map(Counted::new)
                 .map_err(move |e| format!("DeviceBuffer::from_host ({what}): {e}"))
         };
         // Allocated the way a user of the default policy would: an allocation op run by `.sync()`,
@@ -169,8 +108,8 @@ impl Fw {
         let pooled = || {
             cuda_async::memory::from_host(init)
                 .sync()
-                .map(|buf| Counted { buf, launches: 0 })
-                .map_err(dctx("memory::from_host(..).sync()"))
+                .map(Counted::new)
+                .map_err(ctx("memory::from_host(..).sync()"))
         };
         let single = on_stream("single")?;
         let chain = (0..chain).map(|_| on_stream("chain")).collect::<Result<Vec<_>, _>>()?;
@@ -184,200 +123,6 @@ impl Fw {
 // ---------------------------------------------------------------------------------------------
 // Raw driver side
 // ---------------------------------------------------------------------------------------------
-
-/// `Ok` for `CUDA_SUCCESS`, else a message with the driver's name and description of the error.
-#[inline]
-fn ck(r: sys::CUresult, what: &'static str) -> Result<(), String> {
-    if r == sys::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(raw_error(r, what))
-    }
-}
-
-#[cold]
-fn raw_error(r: sys::CUresult, what: &'static str) -> String {
-    let mut p: *const std::ffi::c_char = std::ptr::null();
-    // SAFETY: only called after a raw driver call returned, so the driver library is loaded (raw
-    // calls happen only after `Device::new` succeeded). cuGetErrorString stores a pointer to a
-    // static NUL-terminated string, or leaves ours null for an unknown code; we check both.
-    let desc = unsafe {
-        if sys::cuGetErrorString(r, &mut p) == sys::CUresult::CUDA_SUCCESS && !p.is_null() {
-            CStr::from_ptr(p).to_string_lossy().into_owned()
-        } else {
-            "no description".to_string()
-        }
-    };
-    format!("{what} failed: {r:?} ({}): {desc}", r as u32)
-}
-
-/// The baseline: raw handles, created and destroyed by hand, and `bufs.len()` buffers of ELEMS
-/// floats with their launch counts.
-struct Raw {
-    dev: Device,
-    module: sys::CUmodule,
-    func: sys::CUfunction,
-    stream: sys::CUstream,
-    bufs: Vec<sys::CUdeviceptr>,
-    launches: Vec<u64>,
-}
-
-impl Raw {
-    /// Loads `image` in the device's primary context, looks up the kernel, creates a non-blocking
-    /// stream, allocates `nbufs` buffers and uploads `init` into each. On error, whatever was
-    /// created is released (by `Drop`).
-    fn new(dev: &Device, image: &[u8], nbufs: usize, init: &[f32]) -> Result<Raw, String> {
-        if init.len() != ELEMS {
-            return Err(format!("raw upload: expected {ELEMS} floats, got {}", init.len()));
-        }
-        dev.bind().map_err(ctx("binding the primary context for the raw side"))?;
-        let mut side = Raw {
-            dev: *dev,
-            module: std::ptr::null_mut(),
-            func: std::ptr::null_mut(),
-            stream: std::ptr::null_mut(),
-            bufs: Vec::with_capacity(nbufs),
-            launches: vec![0; nbufs],
-        };
-        // The driver reads the image in place and may assume ELF alignment: copy it to u64s.
-        let aligned: Vec<u64> = image
-            .chunks(8)
-            .map(|c| {
-                let mut w = [0u8; 8];
-                w[..c.len()].copy_from_slice(c);
-                u64::from_ne_bytes(w)
-            })
-            .collect();
-        if aligned.is_empty() {
-            return Err("empty CUBIN image".into());
-        }
-        // SAFETY: `aligned` holds the complete CUBIN (its ELF header gives the size) at an 8-byte
-        // aligned address and lives across the call; the context is current; valid out-pointer.
-        ck(unsafe { sys::cuModuleLoadData(&mut side.module, aligned.as_ptr().cast()) }, "cuModuleLoadData")?;
-        // SAFETY: live module, NUL-terminated name, valid out-pointer.
-        ck(
-            unsafe { sys::cuModuleGetFunction(&mut side.func, side.module, KERNEL.as_ptr()) },
-            "cuModuleGetFunction",
-        )?;
-        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-        // SAFETY: valid out-pointer; the context is current.
-        ck(unsafe { sys::cuStreamCreate(&mut side.stream, flags) }, "cuStreamCreate")?;
-        for _ in 0..nbufs {
-            let mut p: sys::CUdeviceptr = 0;
-            // SAFETY: valid out-pointer; the context is current.
-            ck(unsafe { sys::cuMemAlloc_v2(&mut p, std::mem::size_of_val(init)) }, "cuMemAlloc_v2")?;
-            side.bufs.push(p);
-            // SAFETY: `p` is our allocation of ELEMS floats; `init` is a live slice of ELEMS floats.
-            ck(
-                unsafe { sys::cuMemcpyHtoD_v2(p, init.as_ptr().cast(), std::mem::size_of_val(init)) },
-                "cuMemcpyHtoD_v2",
-            )?;
-        }
-        // Pageable host-to-device copies may return before the DMA has finished, and they run on
-        // the legacy stream, which our non-blocking stream does not wait for: wait for the context.
-        // SAFETY: the context is current.
-        ck(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")?;
-        Ok(side)
-    }
-
-    #[inline]
-    fn launch(&mut self, k: usize) -> Result<(), String> {
-        let mut x = self.bufs[k];
-        let mut a = SCALE;
-        let mut n = ELEMS as u64;
-        let mut params: [*mut c_void; 3] = [
-            (&mut x as *mut sys::CUdeviceptr).cast(),
-            (&mut a as *mut f32).cast(),
-            (&mut n as *mut u64).cast(),
-        ];
-        let (g, b) = (CFG.grid, CFG.block);
-        // SAFETY: `params` points to three live locals laid out as the kernel's
-        // (float*, float, unsigned long long); the kernel writes x[i] only for i < n = ELEMS, the
-        // size of the allocation; live function and stream of the current context.
-        ck(
-            unsafe {
-                sys::cuLaunchKernel(
-                    self.func,
-                    g.0,
-                    g.1,
-                    g.2,
-                    b.0,
-                    b.1,
-                    b.2,
-                    CFG.shared_mem_bytes,
-                    self.stream,
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            },
-            "cuLaunchKernel",
-        )?;
-        self.launches[k] += 1;
-        Ok(())
-    }
-
-    #[inline]
-    fn sync(&self) -> Result<(), String> {
-        // SAFETY: our live stream of the current context.
-        ck(unsafe { sys::cuStreamSynchronize(self.stream) }, "cuStreamSynchronize")
-    }
-
-    /// Waits for the stream, then copies buffer `k` back.
-    fn download(&self, k: usize) -> Result<Vec<f32>, String> {
-        self.dev.bind().map_err(ctx("binding the primary context"))?;
-        self.sync()?;
-        let mut out = vec![0f32; ELEMS];
-        // SAFETY: `out` holds ELEMS floats; `bufs[k]` is our allocation of ELEMS floats; the
-        // kernels that write it (on our stream) have completed (synchronized above). Synchronous.
-        ck(
-            unsafe {
-                sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.bufs[k], std::mem::size_of_val(&out[..]))
-            },
-            "cuMemcpyDtoH_v2",
-        )?;
-        Ok(out)
-    }
-
-    /// Synchronizes and releases every handle, reporting the first failure (but releasing the
-    /// rest regardless). Idempotent: released handles are cleared.
-    fn close(&mut self) -> Result<(), String> {
-        self.dev.bind().map_err(ctx("binding the primary context to release raw handles"))?;
-        let mut first: Result<(), String> = Ok(());
-        let mut keep = |r: Result<(), String>| {
-            if first.is_ok() {
-                first = r;
-            }
-        };
-        if !self.stream.is_null() {
-            // SAFETY: our live stream; the context is current.
-            keep(ck(unsafe { sys::cuStreamSynchronize(self.stream) }, "cuStreamSynchronize"));
-        }
-        for p in self.bufs.drain(..) {
-            // SAFETY: our allocation; the only stream that used it has been synchronized above.
-            keep(ck(unsafe { sys::cuMemFree_v2(p) }, "cuMemFree_v2"));
-        }
-        if !self.stream.is_null() {
-            // SAFETY: our stream; nothing uses it afterwards (cleared below).
-            keep(ck(unsafe { sys::cuStreamDestroy_v2(self.stream) }, "cuStreamDestroy_v2"));
-            self.stream = std::ptr::null_mut();
-        }
-        if !self.module.is_null() {
-            // SAFETY: our module; every launch of its kernel was on our stream, synchronized above,
-            // and the function handle is cleared with it.
-            keep(ck(unsafe { sys::cuModuleUnload(self.module) }, "cuModuleUnload"));
-            self.module = std::ptr::null_mut();
-            self.func = std::ptr::null_mut();
-        }
-        first
-    }
-}
-
-impl Drop for Raw {
-    fn drop(&mut self) {
-        // Only reached with live handles on an early error; the explicit close() reports errors.
-        let _ = self.close();
-    }
-}
 
 /// Indices of the raw side's buffers: one for 1 and 3, `chain` for 2, `tasks` for 4.
 struct RawLayout {
@@ -400,7 +145,7 @@ impl RawLayout {
 // ---------------------------------------------------------------------------------------------
 
 /// Raw: `n` times (launch; synchronize); µs per round trip.
-fn raw_round_trips(raw: &mut Raw, k: usize, n: usize) -> Result<f64, String> {
+fn raw_round_trips(raw: &mut TinyRaw, k: usize, n: usize) -> Result<f64, String> {
     raw.sync()?;
     let t = Instant::now();
     for _ in 0..n {
@@ -411,11 +156,11 @@ fn raw_round_trips(raw: &mut Raw, k: usize, n: usize) -> Result<f64, String> {
 }
 
 /// 1: `n` times `Tiny.sync_on(&stream)`; µs per round trip.
-fn fw_sync_on(func: &Function, stream: &Stream, c: &mut Counted, n: usize) -> Result<f64, String> {
+fn fw_sync_on(func: &TinyFunction, stream: &Stream, c: &mut Counted, n: usize) -> Result<f64, String> {
     stream.synchronize().map_err(ctx("Stream::synchronize"))?;
     let t = Instant::now();
     for _ in 0..n {
-        Tiny { func, buf: &mut c.buf }.sync_on(stream).map_err(dctx("Tiny.sync_on"))?;
+        Tiny { func, buf: &mut c.buf }.sync_on(stream).map_err(ctx("Tiny.sync_on"))?;
     }
     let us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
     c.launches += n as u64;
@@ -425,7 +170,7 @@ fn fw_sync_on(func: &Function, stream: &Stream, c: &mut Counted, n: usize) -> Re
 /// 3a: `n` times `Tiny.on(&stream).await` inside `rt.block_on`; µs per round trip.
 fn fw_await_on(
     rt: &Runtime,
-    func: &Function,
+    func: &TinyFunction,
     stream: &Stream,
     c: &mut Counted,
     n: usize,
@@ -440,7 +185,7 @@ fn fw_await_on(
             }
             Ok::<f64, DeviceError>(t.elapsed().as_secs_f64() * 1e6 / n as f64)
         })
-        .map_err(dctx("awaiting Tiny.on(&stream)"))?;
+        .map_err(ctx("awaiting Tiny.on(&stream)"))?;
     c.launches += n as u64;
     Ok(us)
 }
@@ -449,7 +194,7 @@ fn fw_await_on(
 fn fw_await_default(
     rt: &Runtime,
     dev: &Device,
-    func: &Function,
+    func: &TinyFunction,
     c: &mut Counted,
     n: usize,
 ) -> Result<f64, String> {
@@ -463,7 +208,7 @@ fn fw_await_default(
             }
             Ok::<f64, DeviceError>(t.elapsed().as_secs_f64() * 1e6 / n as f64)
         })
-        .map_err(dctx("awaiting Op::new(Tiny) with the default policy"))?;
+        .map_err(ctx("awaiting Op::new(Tiny) with the default policy"))?;
     c.launches += n as u64;
     Ok(us)
 }
@@ -473,7 +218,7 @@ fn fw_await_default(
 // ---------------------------------------------------------------------------------------------
 
 /// Raw: `chains` times (one launch on each buffer of `range`; synchronize); µs per kernel.
-fn raw_chains(raw: &mut Raw, range: Range<usize>, chains: usize) -> Result<f64, String> {
+fn raw_chains(raw: &mut TinyRaw, range: Range<usize>, chains: usize) -> Result<f64, String> {
     raw.sync()?;
     let t = Instant::now();
     for _ in 0..chains {
@@ -486,13 +231,18 @@ fn raw_chains(raw: &mut Raw, range: Range<usize>, chains: usize) -> Result<f64, 
 }
 
 /// 2: `chains` times (build `join_all` of one `Tiny` per buffer; `sync_on`); µs per kernel.
-fn fw_chains(func: &Function, stream: &Stream, bufs: &mut [Counted], chains: usize) -> Result<f64, String> {
+fn fw_chains(
+    func: &TinyFunction,
+    stream: &Stream,
+    bufs: &mut [Counted],
+    chains: usize,
+) -> Result<f64, String> {
     stream.synchronize().map_err(ctx("Stream::synchronize"))?;
     let t = Instant::now();
     for _ in 0..chains {
         cuda_async::join_all(bufs.iter_mut().map(|c| Tiny { func, buf: &mut c.buf }))
             .sync_on(stream)
-            .map_err(dctx("join_all(Tiny..).sync_on"))?;
+            .map_err(ctx("join_all(Tiny..).sync_on"))?;
     }
     let us = t.elapsed().as_secs_f64() * 1e6 / (chains * bufs.len()).max(1) as f64;
     for c in bufs {
@@ -502,7 +252,7 @@ fn fw_chains(func: &Function, stream: &Stream, bufs: &mut [Counted], chains: usi
 }
 
 /// 5: `builds` times build `join_all` of one `Tiny` per buffer and drop it unexecuted; ns per op.
-fn compose_join_all(func: &Function, bufs: &mut [Counted], builds: usize) -> f64 {
+fn compose_join_all(func: &TinyFunction, bufs: &mut [Counted], builds: usize) -> f64 {
     let t = Instant::now();
     for _ in 0..builds {
         let op = cuda_async::join_all(bufs.iter_mut().map(|c| Tiny { func, buf: &mut c.buf }));
@@ -513,7 +263,7 @@ fn compose_join_all(func: &Function, bufs: &mut [Counted], builds: usize) -> f64
 
 /// A chain `value(()).then(|()| Tiny).then(|()| Tiny)...`, one `Tiny` per buffer, each step boxed
 /// so that the type stays fixed.
-fn then_chain<'a>(func: &'a Function, bufs: &'a mut [Counted]) -> Op<BoxedOp<'a, ()>> {
+fn then_chain<'a>(func: &'a TinyFunction, bufs: &'a mut [Counted]) -> Op<BoxedOp<'a, ()>> {
     let mut op = cuda_async::value(()).boxed();
     for c in bufs {
         let tiny = Tiny { func, buf: &mut c.buf };
@@ -523,7 +273,7 @@ fn then_chain<'a>(func: &'a Function, bufs: &'a mut [Counted]) -> Op<BoxedOp<'a,
 }
 
 /// 5: `builds` times build [`then_chain`] and drop it unexecuted; ns per op.
-fn compose_then(func: &Function, bufs: &mut [Counted], builds: usize) -> f64 {
+fn compose_then(func: &TinyFunction, bufs: &mut [Counted], builds: usize) -> f64 {
     let t = Instant::now();
     for _ in 0..builds {
         drop(std::hint::black_box(then_chain(func, bufs)));
@@ -543,7 +293,7 @@ struct TaskSample {
 }
 
 /// Raw: one thread, `ops` round trips (launch; synchronize) on each buffer of `range` in turn.
-fn raw_tasks(raw: &mut Raw, range: Range<usize>, ops: usize) -> Result<TaskSample, String> {
+fn raw_tasks(raw: &mut TinyRaw, range: Range<usize>, ops: usize) -> Result<TaskSample, String> {
     raw.sync()?;
     let total = (range.len() * ops).max(1) as f64;
     let cpu0 = bench::process_cpu_seconds()?;
@@ -561,7 +311,12 @@ fn raw_tasks(raw: &mut Raw, range: Range<usize>, ops: usize) -> Result<TaskSampl
 
 /// One task of 4: `ops` awaited `Tiny`s on its own buffer, by the default policy or on the buffer's
 /// home stream. Gives the buffer back.
-async fn fw_task(func: Function, mut c: Counted, ops: usize, on_home: bool) -> cuda_async::Result<Counted> {
+async fn fw_task(
+    func: TinyFunction,
+    mut c: Counted,
+    ops: usize,
+    on_home: bool,
+) -> cuda_async::Result<Counted> {
     let home = c.buf.home_stream().clone();
     for _ in 0..ops {
         let op = Tiny { func: &func, buf: &mut c.buf };
@@ -580,7 +335,7 @@ async fn fw_task(func: Function, mut c: Counted, ops: usize, on_home: bool) -> c
 fn fw_tasks(
     rt: &Runtime,
     dev: &Device,
-    func: &Function,
+    func: &TinyFunction,
     bufs: &mut Vec<Counted>,
     ops: usize,
     on_home: bool,
@@ -623,100 +378,19 @@ fn fw_tasks(
 // Correctness
 // ---------------------------------------------------------------------------------------------
 
-/// `x <- fma(a, x, 1)` `launches` times on the host (stops early at the fixed point).
-fn host_reference(init: &[f32], launches: u64) -> Vec<f32> {
-    init.iter()
-        .map(|&x0| {
-            let mut x = x0;
-            for _ in 0..launches {
-                let next = SCALE.mul_add(x, 1.0);
-                if next == x {
-                    break;
-                }
-                x = next;
-            }
-            x
-        })
-        .collect()
-}
-
-/// Host references by launch count, computed once each.
-#[derive(Default)]
-struct References(HashMap<u64, Vec<f32>>);
-
-impl References {
-    fn get(&mut self, init: &[f32], launches: u64) -> &[f32] {
-        self.0.entry(launches).or_insert_with(|| host_reference(init, launches))
-    }
-}
-
-/// Checks one buffer: finite, changed (if launched), and within 1e-3 (relative) of the host
-/// reference. Returns the largest relative difference.
-fn check_buffer(
-    what: &str,
-    init: &[f32],
-    got: &[f32],
-    launches: u64,
-    refs: &mut References,
-) -> Result<f64, String> {
-    if got.len() != init.len() {
-        return Err(format!("{what}: {} values, expected {}", got.len(), init.len()));
-    }
-    if let Some(i) = got.iter().position(|v| !v.is_finite()) {
-        return Err(format!("{what}: non-finite value {} at [{i}]", got[i]));
-    }
-    if launches > 0 {
-        if let Some(i) = (0..got.len()).find(|&i| got[i] == init[i]) {
-            return Err(format!(
-                "{what}: value [{i}] = {} still equals its initial value after {launches} launches",
-                got[i]
-            ));
-        }
-    }
-    let expect = refs.get(init, launches);
-    let max_rel = expect
-        .iter()
-        .zip(got)
-        .map(|(&e, &g)| ((g as f64 - e as f64) / e as f64).abs())
-        .fold(0.0f64, f64::max);
-    if max_rel.is_nan() || max_rel > 1e-3 {
-        return Err(format!(
-            "{what}: differs from the host reference for {launches} launches by up to {max_rel:.3e} (relative)"
-        ));
-    }
-    Ok(max_rel)
-}
-
 /// Copies every buffer of both sides back and checks it; returns a one-line summary.
-fn check_all(init: &[f32], fw: &Fw, raw: &Raw, dev: &Device) -> Result<String, String> {
+fn check_all(init: &[f32], fw: &Fw, raw: &TinyRaw, dev: &Device) -> Result<String, String> {
     dev.synchronize().map_err(ctx("final device synchronize"))?;
-    let mut refs = References::default();
-    let (mut n, mut launches, mut worst) = (0usize, 0u64, 0.0f64);
-    let groups: [(&str, Vec<&Counted>); 4] = [
-        ("framework single", vec![&fw.single]),
-        ("framework pooled", vec![&fw.pooled]),
-        ("framework chain", fw.chain.iter().collect()),
-        ("framework task", fw.tasks.iter().collect()),
-    ];
-    for (what, bufs) in groups {
-        for (k, c) in bufs.into_iter().enumerate() {
-            let got = c.buf.to_vec().map_err(ctx("DeviceBuffer::to_vec"))?;
-            let what = format!("{what} buffer {k}");
-            worst = worst.max(check_buffer(&what, init, &got, c.launches, &mut refs)?);
-            n += 1;
-            launches += c.launches;
-        }
-    }
-    for k in 0..raw.bufs.len() {
-        let got = raw.download(k)?;
-        let what = format!("raw buffer {k}");
-        worst = worst.max(check_buffer(&what, init, &got, raw.launches[k], &mut refs)?);
-        n += 1;
-        launches += raw.launches[k];
-    }
+    let mut c = TinyChecker::new(init);
+    c.check_counted("framework single", [&fw.single])?;
+    c.check_counted("framework pooled", [&fw.pooled])?;
+    c.check_counted("framework chain", &fw.chain)?;
+    c.check_counted("framework task", &fw.tasks)?;
+    c.check_raw(raw)?;
     Ok(format!(
-        "ok: {n} buffers, {launches} launches in all, every buffer finite, changed, and within \
-         {worst:.1e} (relative) of the host reference for its launch count"
+        "ok: {} buffers, {} launches in all, every buffer finite, changed, and within \
+         {:.1e} (relative) of the host reference for its launch count",
+        c.buffers, c.launches, c.worst
     ))
 }
 
@@ -736,18 +410,10 @@ struct Params {
 }
 
 fn run() -> Result<(), String> {
-    let opts = Options::from_env(SPEC)?;
-    if opts.help_requested() {
-        print!(
-            "{}",
-            bench::usage(
-                "bench-async",
-                "Compares cuda-async (ops, sync_on, .await, combinators) with raw CUDA driver calls.",
-                SPEC
-            )
-        );
+    let about = "Compares cuda-async (ops, sync_on, .await, combinators) with raw CUDA driver calls.";
+    let Some(opts) = Options::from_env_or_usage("bench-async", about, SPEC)? else {
         return Ok(());
-    }
+    };
     let p = Params {
         repeats: opts.count_or("--repeats", 9, 1)?,
         round_trips: opts.count_or("--roundtrips", 2_000, 1)?,
@@ -758,36 +424,18 @@ fn run() -> Result<(), String> {
         builds: opts.count_or("--compose-builds", 1_000, 1)?,
         warmup: opts.count_or("--warmup", 200, 0)?,
     };
-    let json_path = opts.get("--json").map(PathBuf::from);
+    let json_path = opts.json_path();
 
-    // Classify "no GPU here" clearly before anything else touches the driver.
-    match cuda_core::gpu_available() {
-        Ok(_) => {}
-        Err(e @ Error::NoDriver { .. }) => return Err(format!("no CUDA driver: {e}")),
-        Err(e @ Error::NoDevice { .. }) => return Err(format!("no CUDA device: {e}")),
-        Err(e) => return Err(format!("the CUDA driver is unusable: {e}")),
-    }
-    let dev = Device::new(0).map_err(ctx("opening device 0"))?;
-    cuda_async::scheduling::set_default_device(0).map_err(dctx("setting the default device"))?;
-    let (drv_major, drv_minor) = cuda_core::driver_version().map_err(ctx("reading the driver version"))?;
-    let arch = dev.sm_arch().map_err(ctx("reading the compute capability"))?;
-    let (nvrtc_major, nvrtc_minor) = cuda_core::nvrtc::nvrtc_version().map_err(ctx("loading NVRTC"))?;
+    let (dev, gpu) = bench::open_gpu("bench-async", bench::make_async_default)?;
     let mut rng = SplitMix64::from_time();
     let seed = rng.state();
-    println!(
-        "bench-async: {} ({arch}), driver CUDA {drv_major}.{drv_minor}, NVRTC {nvrtc_major}.{nvrtc_minor}",
-        dev.name()
-    );
 
-    let compiled = KernelCache::memory_only()
-        .compile(&dev, "tiny.cu", SRC, &[])
-        .map_err(ctx("compiling the tiny kernel with NVRTC"))?;
-    let image: &[u8] = &compiled.image;
-    let init: Vec<f32> = (0..ELEMS).map(|_| rng.f32_in(0.5, 1.5)).collect();
+    let image = TinyImage::compile(&dev)?;
+    let init: Vec<f32> = (0..TINY_ELEMS).map(|_| rng.f32_in(0.5, 1.5)).collect();
 
     let layout = RawLayout::new(p.chain, p.tasks);
-    let mut raw = Raw::new(&dev, image, layout.len(), &init)?;
-    let mut fw = Fw::new(&dev, image, &init, p.chain, p.tasks)?;
+    let mut raw = TinyRaw::new(&dev, &image, layout.len(), &init)?;
+    let mut fw = Fw::new(&dev, &image, &init, p.chain, p.tasks)?;
 
     let rt_current = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -895,7 +543,7 @@ fn run() -> Result<(), String> {
         fw5b.push(compose_then(func, &mut chain[..then_len], p.builds));
     }
     // Run the .then chain once, so that what was composed is known to work.
-    then_chain(func, &mut chain[..then_len]).sync_on(stream).map_err(dctx("then chain .sync_on"))?;
+    then_chain(func, &mut chain[..then_len]).sync_on(stream).map_err(ctx("then chain .sync_on"))?;
     for c in &mut chain[..then_len] {
         c.launches += 1;
     }
@@ -904,13 +552,7 @@ fn run() -> Result<(), String> {
     let correctness = check_all(&init, &fw, &raw, &dev);
     raw.close()?;
 
-    let mut report = Report::new("bench-async");
-    report.meta("date_utc", bench::utc_now());
-    report.meta("gpu", dev.name());
-    report.meta("arch", arch.as_str());
-    report.meta("driver_cuda_version", format!("{drv_major}.{drv_minor}"));
-    report.meta("nvidia_kernel_module", bench::nvidia_kernel_module_version());
-    report.meta("nvrtc_version", format!("{nvrtc_major}.{nvrtc_minor}"));
+    let mut report = gpu.report("bench-async");
     report.meta("repeats", r);
     report.meta("roundtrips", p.round_trips);
     report.meta("chain", p.chain);
@@ -1026,51 +668,16 @@ fn run() -> Result<(), String> {
             ("framework_completion_machinery_on_home_stream".into(), (cpu_fwh - launch_us).into()),
         ]),
     );
-    report.meta(
-        "correctness",
-        match &correctness {
-            Ok(s) => Json::from(s.as_str()),
-            Err(e) => Json::from(format!("FAILED: {e}")),
-        },
-    );
 
-    print!("{}", report.table());
-    println!("goals met: {}", if report.all_met() { "yes" } else { "NO" });
-    if let Some(path) = &json_path {
-        report.write_json(path)?;
-        println!("wrote {}", path.display());
-    }
+    report.publish(&correctness, json_path.as_deref())?;
     drop(fw);
     dev.synchronize().map_err(ctx("final device synchronize"))?;
-    correctness.map(|s| println!("correctness: {s}")).map_err(|e| format!("correctness check failed: {e}"))
+    bench::conclude(correctness)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn host_reference_converges_and_stays_finite() {
-        let init = [0.5f32, 1.0, 1.4999];
-        assert_eq!(host_reference(&init, 1)[1], SCALE.mul_add(1.0, 1.0));
-        let far = host_reference(&init, 10_000_000);
-        assert!(far.iter().all(|v| v.is_finite() && (*v - 1000.0).abs() < 1.0));
-    }
-
-    #[test]
-    fn check_buffer_catches_problems() {
-        let init = vec![1.0f32; ELEMS];
-        let mut refs = References::default();
-        let out = host_reference(&init, 5);
-        assert!(check_buffer("t", &init, &out, 5, &mut refs).is_ok());
-        assert!(check_buffer("t", &init, &out, 50, &mut refs).is_err());
-        assert!(check_buffer("t", &init, &init, 5, &mut refs).is_err());
-        assert!(check_buffer("t", &init, &init, 0, &mut refs).is_ok());
-        let mut bad = out.clone();
-        bad[3] = f32::NAN;
-        assert!(check_buffer("t", &init, &bad, 5, &mut refs).is_err());
-        assert!(check_buffer("t", &init, &out[..4], 5, &mut refs).is_err());
-    }
 
     #[test]
     fn raw_layout_is_disjoint() {

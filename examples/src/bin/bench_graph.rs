@@ -43,33 +43,24 @@
 //! [--iters I] [--roundtrips T] [--sweeps S] [--json PATH]`
 
 use cuda_async::graph::ParamHandle;
-use cuda_async::{CudaGraph, DeviceError, DeviceOp, DeviceOpExt, ExecutionContext, GraphNode};
-use cuda_async_examples::bench::{self, Json, OptSpec, Options, Report, Row, SplitMix64, JSON_OPT};
+use cuda_async::{CudaGraph, DeviceError, DeviceOpExt};
+use cuda_async_examples::bench::{self, ctx, OptSpec, Options, Row, SplitMix64, JSON_OPT};
+use cuda_async_examples::raw::{
+    self, ck, Counted, FirstError, RawBuffer, RawGraph, RawModule, Tiny, TinyChecker, TinyFunction,
+    TinyImage, TinyRaw, TINY_ELEMS,
+};
 use cuda_core::nvrtc::KernelCache;
-use cuda_core::{Device, DeviceBuffer, Error, Function, LaunchConfig, Module, Stream};
+use cuda_core::{Device, DeviceBuffer, LaunchConfig, Stream};
 use cudarc::driver::sys;
 use kernels::Kernels;
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 use tokio::runtime::Runtime;
 
-/// The kernel both sides launch. One block of 32 threads over 32 floats.
-const SRC: &str = r#"extern "C" __global__ void tiny(float* x, float a, unsigned long long n) {
-    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = a * x[i] + 1.0f;
-}
-"#;
-const KERNEL: &CStr = c"tiny";
 /// The raw side's copy of `kernels`' `scale_f32(const float* x, float alpha, float* out, n)`.
 const SCALE_KERNEL: &CStr = c"scale_f32";
-const ELEMS: usize = 32;
-/// `x <- a*x + 1` with `a < 1` converges to `1 / (1 - a)` = 1000: values stay finite for any number
-/// of launches.
-const SCALE: f32 = 0.999;
-const CFG: LaunchConfig = LaunchConfig { grid: (1, 1, 1), block: (ELEMS as u32, 1, 1), shared_mem_bytes: 0 };
 
 /// Graph sizes of 1.
 const SIZES: [usize; 3] = [10, 100, 1000];
@@ -119,62 +110,12 @@ const SPEC: &[OptSpec] = &[
 ];
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench-graph: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Turns a cuda-core error into a message naming what was being done.
-fn ctx(what: &'static str) -> impl FnOnce(Error) -> String {
-    move |e| format!("{what}: {e}")
-}
-
-/// Turns a cuda-async error into a message naming what was being done.
-fn dctx(what: &'static str) -> impl FnOnce(DeviceError) -> String {
-    move |e| format!("{what}: {e}")
+    bench::main_with("bench-graph", run)
 }
 
 // ---------------------------------------------------------------------------------------------
-// The framework's op
+// The framework side
 // ---------------------------------------------------------------------------------------------
-
-/// One launch of the tiny kernel on a buffer, as a `cuda-async` op.
-struct Tiny<'a> {
-    func: &'a Function,
-    buf: &'a mut DeviceBuffer<f32>,
-}
-
-impl DeviceOp for Tiny<'_> {
-    type Output = ();
-
-    #[inline]
-    fn execute(self, ctx: &ExecutionContext<'_>) -> cuda_async::Result<()> {
-        let n = self.buf.len() as u64;
-        // SAFETY: `tiny(float* x, float a, unsigned long long n)` takes exactly
-        // (&mut DeviceBuffer<f32>, f32, u64) in this order and layout. It writes x[i] only for
-        // i < n = self.buf.len() (and i < 32, the block size), through the exclusive `&mut`
-        // buffer; `Function::launch` orders the launch after the buffer's earlier uses if its home
-        // stream is not ctx.stream(), and while capturing records the buffer's allocation so that
-        // the graph keeps it alive.
-        unsafe { self.func.launch(ctx.stream(), CFG, (self.buf, SCALE, n)) }?;
-        Ok(())
-    }
-}
-
-// SAFETY: `execute` queues exactly one kernel launch on an existing buffer, through
-// `Function::launch` (which records the buffer with the capture): it allocates nothing, frees
-// nothing, adds no host callback and does not synchronise, so it can be recorded and replayed.
-unsafe impl GraphNode for Tiny<'_> {}
-
-/// A framework buffer with the number of kernels that have run on it (for the correctness check).
-struct Counted {
-    buf: DeviceBuffer<f32>,
-    launches: u64,
-}
 
 /// The framework side's buffers, function and stream. Field order is drop order: the buffers'
 /// frees are queued first, then the function (and its module) go, then the stream. (The graphs
@@ -191,19 +132,16 @@ struct Fw {
     /// 6: the input and the [`PARAM_NODES`] outputs.
     px: DeviceBuffer<f32>,
     pys: Vec<DeviceBuffer<f32>>,
-    func: Function,
+    func: TinyFunction,
     stream: Stream,
 }
 
 impl Fw {
-    fn new(dev: &Device, image: &[u8], init: &[f32], px: &[f32]) -> Result<Fw, String> {
-        let module = Module::from_cubin(dev, image).map_err(ctx("Module::from_cubin"))?;
-        let func = module.function("tiny").map_err(ctx("Module::function"))?;
+    fn new(dev: &Device, image: &TinyImage, init: &[f32], px: &[f32]) -> Result<Fw, String> {
+        let func = image.load(dev)?;
         let stream = Stream::new(dev).map_err(ctx("Stream::new"))?;
         let counted = || {
-            DeviceBuffer::from_host(&stream, init)
-                .map(|buf| Counted { buf, launches: 0 })
-                .map_err(ctx("DeviceBuffer::from_host"))
+            DeviceBuffer::from_host(&stream, init).map(Counted::new).map_err(ctx("DeviceBuffer::from_host"))
         };
         let sized = SIZES.iter().map(|_| counted()).collect::<Result<Vec<_>, _>>()?;
         let capture = counted()?;
@@ -222,7 +160,7 @@ impl Fw {
 
 /// Records `n` `Tiny`s on `c`'s buffer into a new graph (capture, instantiate, upload).
 fn fw_chain_graph(
-    func: &Function,
+    func: &TinyFunction,
     stream: &Stream,
     c: &mut Counted,
     n: usize,
@@ -233,71 +171,12 @@ fn fw_chain_graph(
         }
         Ok(())
     })
-    .map_err(dctx("CudaGraph::scope (chain of Tiny)"))
+    .map_err(ctx("CudaGraph::scope (chain of Tiny)"))
 }
 
 // ---------------------------------------------------------------------------------------------
 // Raw driver side
 // ---------------------------------------------------------------------------------------------
-
-/// `Ok` for `CUDA_SUCCESS`, else a message with the driver's name and description of the error.
-#[inline]
-fn ck(r: sys::CUresult, what: &'static str) -> Result<(), String> {
-    if r == sys::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(raw_error(r, what))
-    }
-}
-
-#[cold]
-fn raw_error(r: sys::CUresult, what: &'static str) -> String {
-    let mut p: *const std::ffi::c_char = std::ptr::null();
-    // SAFETY: only called after a raw driver call returned, so the driver library is loaded (raw
-    // calls happen only after `Device::new` succeeded). cuGetErrorString stores a pointer to a
-    // static NUL-terminated string, or leaves ours null for an unknown code; we check both.
-    let desc = unsafe {
-        if sys::cuGetErrorString(r, &mut p) == sys::CUresult::CUDA_SUCCESS && !p.is_null() {
-            CStr::from_ptr(p).to_string_lossy().into_owned()
-        } else {
-            "no description".to_string()
-        }
-    };
-    format!("{what} failed: {r:?} ({}): {desc}", r as u32)
-}
-
-/// A raw graph and its executable, destroyed on drop (or by [`RawGraph::destroy`]).
-struct RawGraph {
-    graph: sys::CUgraph,
-    exec: sys::CUgraphExec,
-}
-
-impl RawGraph {
-    /// Destroys both handles, reporting the first failure. Idempotent.
-    fn destroy(&mut self) -> Result<(), String> {
-        let mut first = Ok(());
-        if !self.exec.is_null() {
-            // SAFETY: our executable graph; the driver defers destruction past in-flight launches.
-            first = ck(unsafe { sys::cuGraphExecDestroy(self.exec) }, "cuGraphExecDestroy");
-            self.exec = std::ptr::null_mut();
-        }
-        if !self.graph.is_null() {
-            // SAFETY: our graph; executables made from it are independent of it.
-            let r = ck(unsafe { sys::cuGraphDestroy(self.graph) }, "cuGraphDestroy");
-            self.graph = std::ptr::null_mut();
-            if first.is_ok() {
-                first = r;
-            }
-        }
-        first
-    }
-}
-
-impl Drop for RawGraph {
-    fn drop(&mut self) {
-        let _ = self.destroy();
-    }
-}
 
 /// One kernel node of the raw graph of 6, with its parameters cached for updates.
 struct RawParamNode {
@@ -309,19 +188,16 @@ struct RawParamNode {
     n: u64,
 }
 
-/// The baseline: raw handles, created and destroyed by hand. `bufs` are tiny-kernel buffers of
-/// ELEMS floats with their launch counts; `px`/`pys` the input and outputs of 6.
+/// The baseline: the tiny kernel's raw side (buffers laid out by [`RawLayout`]), and the scale
+/// kernel loaded from `kernels`' source with the input and outputs of 6. Field order is drop order:
+/// `tiny` synchronizes the stream before anything is released. Raw graphs must be destroyed before
+/// (they are locals declared after `Raw`, so they also drop first on an early error).
 struct Raw {
-    dev: Device,
-    tiny_module: sys::CUmodule,
-    tiny: sys::CUfunction,
-    scale_module: sys::CUmodule,
+    tiny: TinyRaw,
+    scale_module: RawModule,
     scale: sys::CUfunction,
-    stream: sys::CUstream,
-    bufs: Vec<sys::CUdeviceptr>,
-    launches: Vec<u64>,
-    px: sys::CUdeviceptr,
-    pys: Vec<sys::CUdeviceptr>,
+    px: RawBuffer,
+    pys: Vec<RawBuffer>,
 }
 
 /// Indices of the raw side's tiny-kernel buffers: one per [`SIZES`] entry (1 and 2), one for 3,
@@ -335,235 +211,80 @@ impl RawLayout {
     const LEN: usize = SIZES.len() + 2;
 }
 
-/// Loads a CUBIN into the current context.
-fn load_module(image: &[u8], name: &CStr) -> Result<(sys::CUmodule, sys::CUfunction), String> {
-    // The driver reads the image in place and may assume ELF alignment: copy it to u64s.
-    let aligned: Vec<u64> = image
-        .chunks(8)
-        .map(|c| {
-            let mut w = [0u8; 8];
-            w[..c.len()].copy_from_slice(c);
-            u64::from_ne_bytes(w)
-        })
-        .collect();
-    if aligned.is_empty() {
-        return Err("empty CUBIN image".into());
-    }
-    let mut module: sys::CUmodule = std::ptr::null_mut();
-    // SAFETY: `aligned` holds the complete CUBIN (its ELF header gives the size) at an 8-byte
-    // aligned address and lives across the call; the context is current; valid out-pointer.
-    ck(unsafe { sys::cuModuleLoadData(&mut module, aligned.as_ptr().cast()) }, "cuModuleLoadData")?;
-    let mut func: sys::CUfunction = std::ptr::null_mut();
-    // SAFETY: live module, NUL-terminated name, valid out-pointer.
-    let r = ck(unsafe { sys::cuModuleGetFunction(&mut func, module, name.as_ptr()) }, "cuModuleGetFunction");
-    if let Err(e) = r {
-        // SAFETY: our module, unused.
-        unsafe { sys::cuModuleUnload(module) };
-        return Err(e);
-    }
-    Ok((module, func))
-}
-
 impl Raw {
     /// Loads both images in the device's primary context, creates a non-blocking stream, allocates
     /// the buffers and uploads `init` into each tiny-kernel buffer and `px` into the input of 6
-    /// (its outputs are zeroed). On error, whatever was created is released (by `Drop`).
+    /// (its outputs are zeroed). On error, whatever was created is released.
     fn new(
         dev: &Device,
-        tiny_image: &[u8],
+        tiny_image: &TinyImage,
         scale_image: &[u8],
         init: &[f32],
         px: &[f32],
     ) -> Result<Raw, String> {
-        if init.len() != ELEMS {
-            return Err(format!("raw upload: expected {ELEMS} floats, got {}", init.len()));
-        }
-        dev.bind().map_err(ctx("binding the primary context for the raw side"))?;
-        let mut side = Raw {
-            dev: *dev,
-            tiny_module: std::ptr::null_mut(),
-            tiny: std::ptr::null_mut(),
-            scale_module: std::ptr::null_mut(),
-            scale: std::ptr::null_mut(),
-            stream: std::ptr::null_mut(),
-            bufs: Vec::with_capacity(RawLayout::LEN),
-            launches: vec![0; RawLayout::LEN],
-            px: 0,
-            pys: Vec::with_capacity(PARAM_NODES),
-        };
-        (side.tiny_module, side.tiny) = load_module(tiny_image, KERNEL)?;
-        (side.scale_module, side.scale) = load_module(scale_image, SCALE_KERNEL)?;
-        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-        // SAFETY: valid out-pointer; the context is current.
-        ck(unsafe { sys::cuStreamCreate(&mut side.stream, flags) }, "cuStreamCreate")?;
-        for _ in 0..RawLayout::LEN {
-            let p = side.alloc_upload(init)?;
-            side.bufs.push(p);
-        }
-        side.px = side.alloc_upload(px)?;
+        let tiny = TinyRaw::new(dev, tiny_image, RawLayout::LEN, init)?;
+        let scale_module = RawModule::load(dev, scale_image)?;
+        let scale = scale_module.function(SCALE_KERNEL)?;
+        let px_buf = RawBuffer::from_host(dev, px)?;
         let zeros = vec![0f32; px.len()];
-        for _ in 0..PARAM_NODES {
-            let p = side.alloc_upload(&zeros)?;
-            side.pys.push(p);
-        }
+        let pys =
+            (0..PARAM_NODES).map(|_| RawBuffer::from_host(dev, &zeros)).collect::<Result<Vec<_>, _>>()?;
         // Pageable host-to-device copies may return before the DMA has finished, and they run on
         // the legacy stream, which our non-blocking stream does not wait for: wait for the context.
-        // SAFETY: the context is current.
-        ck(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")?;
-        Ok(side)
-    }
-
-    /// Allocates a buffer for `data` and copies `data` into it. The allocation is freed by
-    /// `close` only if the caller stores it in `bufs`, `px` or `pys` (it does so right away).
-    fn alloc_upload(&self, data: &[f32]) -> Result<sys::CUdeviceptr, String> {
-        let bytes = std::mem::size_of_val(data);
-        let mut p: sys::CUdeviceptr = 0;
-        // SAFETY: valid out-pointer; the context is current.
-        ck(unsafe { sys::cuMemAlloc_v2(&mut p, bytes) }, "cuMemAlloc_v2")?;
-        // SAFETY: `p` is our allocation of `bytes` bytes; `data` is a live slice of that size.
-        let r = ck(unsafe { sys::cuMemcpyHtoD_v2(p, data.as_ptr().cast(), bytes) }, "cuMemcpyHtoD_v2");
-        if let Err(e) = r {
-            // SAFETY: our allocation, unused by any queued work.
-            unsafe { sys::cuMemFree_v2(p) };
-            return Err(e);
-        }
-        Ok(p)
-    }
-
-    /// Queues one launch of the tiny kernel on buffer `k` (not counted: during a capture it only
-    /// records).
-    #[inline]
-    fn enqueue_tiny(&self, k: usize) -> Result<(), String> {
-        let mut x = self.bufs[k];
-        let mut a = SCALE;
-        let mut n = ELEMS as u64;
-        let mut params: [*mut c_void; 3] = [
-            (&mut x as *mut sys::CUdeviceptr).cast(),
-            (&mut a as *mut f32).cast(),
-            (&mut n as *mut u64).cast(),
-        ];
-        let (g, b) = (CFG.grid, CFG.block);
-        // SAFETY: `params` points to three live locals laid out as the kernel's
-        // (float*, float, unsigned long long); the kernel writes x[i] only for i < n = ELEMS, the
-        // size of the allocation; live function and stream of the current context.
-        ck(
-            unsafe {
-                sys::cuLaunchKernel(
-                    self.tiny,
-                    g.0,
-                    g.1,
-                    g.2,
-                    b.0,
-                    b.1,
-                    b.2,
-                    CFG.shared_mem_bytes,
-                    self.stream,
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            },
-            "cuLaunchKernel",
-        )
+        raw::ctx_synchronize()?;
+        Ok(Raw { tiny, scale_module, scale, px: px_buf, pys })
     }
 
     /// Queues `out = alpha * x` (the scale kernel, `kernels`' launch configuration) on `out`.
-    fn enqueue_scale(&self, cfg: LaunchConfig, out: sys::CUdeviceptr, alpha: f32) -> Result<(), String> {
-        let (mut x, mut a, mut o, mut n) = (self.px, alpha, out, PARAM_ELEMS as u64);
+    fn enqueue_scale(&self, cfg: LaunchConfig, out: &RawBuffer, alpha: f32) -> Result<(), String> {
+        let (mut x, mut a, mut o, mut n) = (self.px.ptr(), alpha, out.ptr(), PARAM_ELEMS as u64);
         let mut params: [*mut c_void; 4] = [
             (&mut x as *mut sys::CUdeviceptr).cast(),
             (&mut a as *mut f32).cast(),
             (&mut o as *mut sys::CUdeviceptr).cast(),
             (&mut n as *mut u64).cast(),
         ];
-        let (g, b) = (cfg.grid, cfg.block);
         // SAFETY: `params` points to four live locals laid out as `scale_f32(const float* x,
         // float alpha, float* out, unsigned long long n)`; the kernel reads x[0..n] and writes
-        // out[0..n] (grid-stride), and both allocations hold PARAM_ELEMS = n floats; live function
-        // and stream of the current context.
-        ck(
-            unsafe {
-                sys::cuLaunchKernel(
-                    self.scale,
-                    g.0,
-                    g.1,
-                    g.2,
-                    b.0,
-                    b.1,
-                    b.2,
-                    cfg.shared_mem_bytes,
-                    self.stream,
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            },
-            "cuLaunchKernel (scale)",
-        )
+        // out[0..n] (grid-stride), and both allocations hold PARAM_ELEMS = n floats and stay
+        // allocated until `close` (after the graphs are gone); live function and stream of the
+        // current context.
+        unsafe {
+            raw::launch_kernel(self.scale, cfg, self.tiny.stream(), &mut params, "cuLaunchKernel (scale)")
+        }
     }
 
-    /// Captures what `record` queues on the stream into a graph (thread-local mode, like the
-    /// framework's default), instantiates it (no flags) and uploads it on the stream (not waited
-    /// for).
+    /// Captures what `record` queues on the stream into a graph, instantiates and uploads it.
     fn capture(&self, record: impl FnOnce(&Raw) -> Result<(), String>) -> Result<RawGraph, String> {
-        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-        // SAFETY: our live stream of the current context.
-        ck(unsafe { sys::cuStreamBeginCapture_v2(self.stream, mode) }, "cuStreamBeginCapture_v2")?;
-        let recorded = record(self);
-        let mut g = RawGraph { graph: std::ptr::null_mut(), exec: std::ptr::null_mut() };
-        // SAFETY: our capturing stream; valid out-pointer. Always called, so the stream leaves
-        // capture mode even if `record` failed.
-        let ended = ck(unsafe { sys::cuStreamEndCapture(self.stream, &mut g.graph) }, "cuStreamEndCapture");
-        recorded?;
-        ended?;
-        // SAFETY: our live graph; valid out-pointer.
-        ck(
-            unsafe { sys::cuGraphInstantiateWithFlags(&mut g.exec, g.graph, 0) },
-            "cuGraphInstantiateWithFlags",
-        )?;
-        // SAFETY: our live executable graph and stream.
-        ck(unsafe { sys::cuGraphUpload(g.exec, self.stream) }, "cuGraphUpload")?;
-        Ok(g)
+        RawGraph::capture(self.tiny.stream(), || record(self))
     }
 
     /// Captures `n` tiny launches on buffer `k`.
     fn chain_graph(&self, k: usize, n: usize) -> Result<RawGraph, String> {
-        self.capture(|r| (0..n).try_for_each(|_| r.enqueue_tiny(k)))
+        self.capture(|r| (0..n).try_for_each(|_| r.tiny.enqueue(k)))
     }
 
     #[inline]
     fn graph_launch(&self, g: &RawGraph) -> Result<(), String> {
-        // SAFETY: our live executable graph and stream; every buffer its nodes use is ours and
-        // outlives it (freed only in `close`, after synchronizing and after the graphs are gone).
-        ck(unsafe { sys::cuGraphLaunch(g.exec, self.stream) }, "cuGraphLaunch")
+        // SAFETY: `g` is one of our graphs, destroyed only after its last launch; every buffer its
+        // nodes use is ours and outlives it (freed only in `close`, after synchronizing and after
+        // the graphs are gone).
+        unsafe { g.launch(self.tiny.stream()) }
     }
 
     #[inline]
     fn sync(&self) -> Result<(), String> {
-        // SAFETY: our live stream of the current context.
-        ck(unsafe { sys::cuStreamSynchronize(self.stream) }, "cuStreamSynchronize")
-    }
-
-    /// Waits for the stream, then copies `len` floats back from `ptr`.
-    fn download(&self, ptr: sys::CUdeviceptr, len: usize) -> Result<Vec<f32>, String> {
-        self.dev.bind().map_err(ctx("binding the primary context"))?;
-        self.sync()?;
-        let mut out = vec![0f32; len];
-        // SAFETY: `out` holds `len` floats; `ptr` is one of our allocations of `len` floats (the
-        // callers pass matching lengths); the work that writes it (on our stream) has completed.
-        ck(
-            unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), ptr, std::mem::size_of_val(&out[..])) },
-            "cuMemcpyDtoH_v2",
-        )?;
-        Ok(out)
+        self.tiny.sync()
     }
 
     /// The kernel nodes of `g` (the raw graph of 6), each with its parameters read once.
     fn param_nodes(&self, g: &RawGraph) -> Result<Vec<RawParamNode>, String> {
         let mut count = 0usize;
         // SAFETY: our live graph; a null array asks for the count only.
-        ck(unsafe { sys::cuGraphGetNodes(g.graph, std::ptr::null_mut(), &mut count) }, "cuGraphGetNodes")?;
+        ck(unsafe { sys::cuGraphGetNodes(g.graph(), std::ptr::null_mut(), &mut count) }, "cuGraphGetNodes")?;
         let mut nodes: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); count];
         // SAFETY: `nodes` has room for `count` handles.
-        ck(unsafe { sys::cuGraphGetNodes(g.graph, nodes.as_mut_ptr(), &mut count) }, "cuGraphGetNodes")?;
+        ck(unsafe { sys::cuGraphGetNodes(g.graph(), nodes.as_mut_ptr(), &mut count) }, "cuGraphGetNodes")?;
         nodes.truncate(count);
         let mut out = Vec::with_capacity(count);
         for node in nodes {
@@ -619,55 +340,24 @@ impl Raw {
         // factor differs from the captured values (same buffers, same length). The driver copies
         // the values during the call.
         ck(
-            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(g.exec, p.node, &params) },
+            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(g.exec(), p.node, &params) },
             "cuGraphExecKernelNodeSetParams_v2",
         )
     }
 
     /// Synchronizes and releases every handle, reporting the first failure (but releasing the
-    /// rest regardless). Idempotent: released handles are cleared. Raw graphs must be destroyed
-    /// before (they are locals declared after `Raw`, so they also drop first on an early error).
+    /// rest regardless). Idempotent. Raw graphs must be destroyed before.
     fn close(&mut self) -> Result<(), String> {
-        self.dev.bind().map_err(ctx("binding the primary context to release raw handles"))?;
-        let mut first: Result<(), String> = Ok(());
-        let mut keep = |r: Result<(), String>| {
-            if first.is_ok() {
-                first = r;
-            }
-        };
-        if !self.stream.is_null() {
-            // SAFETY: our live stream; the context is current.
-            keep(ck(unsafe { sys::cuStreamSynchronize(self.stream) }, "cuStreamSynchronize"));
+        let mut first = FirstError::default();
+        first.keep(self.tiny.sync());
+        first.keep(self.px.close());
+        for y in &mut self.pys {
+            first.keep(y.close());
         }
-        let px = std::mem::take(&mut self.px);
-        for p in self.bufs.drain(..).chain(self.pys.drain(..)).chain((px != 0).then_some(px)) {
-            // SAFETY: our allocation; the only stream that used it has been synchronized above.
-            keep(ck(unsafe { sys::cuMemFree_v2(p) }, "cuMemFree_v2"));
-        }
-        if !self.stream.is_null() {
-            // SAFETY: our stream; nothing uses it afterwards (cleared below).
-            keep(ck(unsafe { sys::cuStreamDestroy_v2(self.stream) }, "cuStreamDestroy_v2"));
-            self.stream = std::ptr::null_mut();
-        }
-        for (module, func) in
-            [(&mut self.tiny_module, &mut self.tiny), (&mut self.scale_module, &mut self.scale)]
-        {
-            if !module.is_null() {
-                // SAFETY: our module; every launch of its kernels was on our stream, synchronized
-                // above, and the graphs that used them are gone; the function handle is cleared.
-                keep(ck(unsafe { sys::cuModuleUnload(*module) }, "cuModuleUnload"));
-                *module = std::ptr::null_mut();
-                *func = std::ptr::null_mut();
-            }
-        }
-        first
-    }
-}
-
-impl Drop for Raw {
-    fn drop(&mut self) {
-        // Only reached with live handles on an early error; the explicit close() reports errors.
-        let _ = self.close();
+        first.keep(self.tiny.close());
+        first.keep(self.scale_module.close());
+        self.scale = std::ptr::null_mut();
+        first.result()
     }
 }
 
@@ -685,7 +375,7 @@ fn raw_replays(raw: &mut Raw, g: &RawGraph, k: usize, nodes: usize, replays: usi
     }
     raw.sync()?;
     let us = t.elapsed().as_secs_f64() * 1e6 / (replays * nodes).max(1) as f64;
-    raw.launches[k] += (replays * nodes) as u64;
+    raw.tiny.add_launches(k, (replays * nodes) as u64);
     Ok(us)
 }
 
@@ -703,7 +393,7 @@ fn fw_replays(
     for _ in 0..replays {
         // SAFETY: the output is `()`: nothing refers to results the GPU has not finished; the
         // buffer the replay writes is read only through `to_vec`, which waits for its home stream.
-        unsafe { graph.launch().async_on(stream) }.map_err(dctx("graph.launch().async_on"))?;
+        unsafe { graph.launch().async_on(stream) }.map_err(ctx("graph.launch().async_on"))?;
     }
     stream.synchronize().map_err(ctx("Stream::synchronize"))?;
     let us = t.elapsed().as_secs_f64() * 1e6 / (replays * nodes).max(1) as f64;
@@ -736,7 +426,7 @@ fn raw_host_cost(
         }
     }
     raw.sync()?;
-    raw.launches[k] += (calls * nodes) as u64;
+    raw.tiny.add_launches(k, (calls * nodes) as u64);
     Ok(bench::median(&samples))
 }
 
@@ -756,7 +446,7 @@ fn fw_host_cost(
         // SAFETY: as in `fw_replays`: the output is `()`, the buffer is only read by `to_vec`.
         let r = unsafe { graph.launch().async_on(stream) };
         samples.push(t.elapsed().as_secs_f64() * 1e6);
-        r.map_err(dctx("graph.launch().async_on"))?;
+        r.map_err(ctx("graph.launch().async_on"))?;
         if (i + 1) % sync_every == 0 {
             stream.synchronize().map_err(ctx("Stream::synchronize"))?;
         }
@@ -788,7 +478,7 @@ fn raw_capture_cost(raw: &Raw, k: usize, nodes: usize, captures: usize) -> Resul
 /// Framework: `captures` times `CudaGraph::scope` recording `nodes` `Tiny`s on `c`'s buffer
 /// (timed: capture, instantiate, upload), then synchronize and drop (untimed); ms per graph.
 fn fw_capture_cost(
-    func: &Function,
+    func: &TinyFunction,
     stream: &Stream,
     c: &mut Counted,
     nodes: usize,
@@ -810,18 +500,18 @@ fn fw_capture_cost(
 // 4: graph replay vs eager ops
 // ---------------------------------------------------------------------------------------------
 
-/// `iters` times `graph.launch().sync_on(&stream)` of the graph of one `Tiny` per buffer of
-/// `bufs`; µs per round trip.
-fn fw_graph_round_trips(
-    graph: &CudaGraph<()>,
+/// `iters` times `round_trip(bufs)` (which runs one kernel on each buffer of `bufs` and waits for
+/// it), with the stream idle at the start; µs per round trip.
+fn fw_round_trips(
     stream: &Stream,
     bufs: &mut [Counted],
     iters: usize,
+    mut round_trip: impl FnMut(&mut [Counted]) -> Result<(), String>,
 ) -> Result<f64, String> {
     stream.synchronize().map_err(ctx("Stream::synchronize"))?;
     let t = Instant::now();
     for _ in 0..iters {
-        graph.launch().sync_on(stream).map_err(dctx("graph.launch().sync_on"))?;
+        round_trip(&mut *bufs)?;
     }
     let us = t.elapsed().as_secs_f64() * 1e6 / iters.max(1) as f64;
     for c in bufs {
@@ -830,26 +520,33 @@ fn fw_graph_round_trips(
     Ok(us)
 }
 
-/// `iters` times `join_all` of one `Tiny` per buffer of `bufs`, `.sync_on(&stream)`; µs per
-/// round trip.
-fn fw_eager_round_trips(
-    func: &Function,
+/// `iters` times `graph.launch().sync_on(&stream)` of the graph of one `Tiny` per buffer of
+/// `bufs`; µs per round trip.
+fn fw_graph_round_trips(
+    graph: &CudaGraph<()>,
     stream: &Stream,
     bufs: &mut [Counted],
     iters: usize,
 ) -> Result<f64, String> {
-    stream.synchronize().map_err(ctx("Stream::synchronize"))?;
-    let t = Instant::now();
-    for _ in 0..iters {
+    fw_round_trips(stream, bufs, iters, |_| {
+        graph.launch().sync_on(stream).map_err(ctx("graph.launch().sync_on"))
+    })
+}
+
+/// `iters` times `join_all` of one `Tiny` per buffer of `bufs`, `.sync_on(&stream)`; µs per
+/// round trip.
+fn fw_eager_round_trips(
+    func: &TinyFunction,
+    stream: &Stream,
+    bufs: &mut [Counted],
+    iters: usize,
+) -> Result<f64, String> {
+    fw_round_trips(stream, bufs, iters, |bufs| {
         cuda_async::join_all(bufs.iter_mut().map(|c| Tiny { func, buf: &mut c.buf }))
             .sync_on(stream)
-            .map_err(dctx("join_all(Tiny..).sync_on"))?;
-    }
-    let us = t.elapsed().as_secs_f64() * 1e6 / iters.max(1) as f64;
-    for c in bufs {
-        c.launches += iters as u64;
-    }
-    Ok(us)
+            .map(drop)
+            .map_err(ctx("join_all(Tiny..).sync_on"))
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -866,7 +563,7 @@ fn raw_graph_round_trips(raw: &mut Raw, g: &RawGraph, k: usize, n: usize) -> Res
         raw.sync()?;
     }
     let us = t.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64;
-    raw.launches[k] += n as u64;
+    raw.tiny.add_launches(k, n as u64);
     Ok(us)
 }
 
@@ -888,7 +585,7 @@ fn fw_await_replays(
             }
             Ok::<f64, DeviceError>(t.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64)
         })
-        .map_err(dctx("awaiting graph.launch().on(&stream)"))?;
+        .map_err(ctx("awaiting graph.launch().on(&stream)"))?;
     c.launches += n as u64;
     Ok(us)
 }
@@ -929,7 +626,7 @@ fn fw_set_params<T>(
     for s in 0..sweeps {
         let v = sweep_factor(s);
         for h in handles {
-            graph.set_param(h, v).map_err(dctx("CudaGraph::set_param"))?;
+            graph.set_param(h, v).map_err(ctx("CudaGraph::set_param"))?;
         }
     }
     Ok(t.elapsed().as_secs_f64() * 1e6 / (sweeps * handles.len()).max(1) as f64)
@@ -958,9 +655,9 @@ fn fw_check_params<T: Sync>(
     x: &[f32],
 ) -> Result<(), String> {
     for (i, h) in handles.iter().enumerate() {
-        graph.set_param(h, check_factor(i)).map_err(dctx("CudaGraph::set_param"))?;
+        graph.set_param(h, check_factor(i)).map_err(ctx("CudaGraph::set_param"))?;
     }
-    graph.launch().sync_on(&fw.stream).map_err(dctx("graph.launch().sync_on (6)"))?;
+    graph.launch().sync_on(&fw.stream).map_err(ctx("graph.launch().sync_on (6)"))?;
     for (i, y) in fw.pys.iter().enumerate() {
         let got = y.to_vec().map_err(ctx("DeviceBuffer::to_vec (6)"))?;
         check_scaled(&format!("framework output {i} of 6"), x, check_factor(i), &got)?;
@@ -971,7 +668,8 @@ fn fw_check_params<T: Sync>(
 /// Raw: sets the factor of the node writing output `i` to `check_factor(i)`, replays once,
 /// synchronizes, and checks every output.
 fn raw_check_params(raw: &Raw, g: &RawGraph, nodes: &[RawParamNode], x: &[f32]) -> Result<(), String> {
-    let index: HashMap<sys::CUdeviceptr, usize> = raw.pys.iter().enumerate().map(|(i, &p)| (p, i)).collect();
+    let index: HashMap<sys::CUdeviceptr, usize> =
+        raw.pys.iter().enumerate().map(|(i, y)| (y.ptr(), i)).collect();
     if nodes.len() != raw.pys.len() {
         return Err(format!("raw graph of 6: {} nodes for {} outputs", nodes.len(), raw.pys.len()));
     }
@@ -981,8 +679,8 @@ fn raw_check_params(raw: &Raw, g: &RawGraph, nodes: &[RawParamNode], x: &[f32]) 
     }
     raw.graph_launch(g)?;
     raw.sync()?;
-    for (i, &y) in raw.pys.iter().enumerate() {
-        let got = raw.download(y, x.len())?;
+    for (i, y) in raw.pys.iter().enumerate() {
+        let got = raw.tiny.download(y)?;
         check_scaled(&format!("raw output {i} of 6"), x, check_factor(i), &got)?;
     }
     Ok(())
@@ -992,100 +690,19 @@ fn raw_check_params(raw: &Raw, g: &RawGraph, nodes: &[RawParamNode], x: &[f32]) 
 // Correctness of the tiny-kernel buffers
 // ---------------------------------------------------------------------------------------------
 
-/// `x <- fma(a, x, 1)` `launches` times on the host (stops early at the fixed point).
-fn host_reference(init: &[f32], launches: u64) -> Vec<f32> {
-    init.iter()
-        .map(|&x0| {
-            let mut x = x0;
-            for _ in 0..launches {
-                let next = SCALE.mul_add(x, 1.0);
-                if next == x {
-                    break;
-                }
-                x = next;
-            }
-            x
-        })
-        .collect()
-}
-
-/// Host references by launch count, computed once each.
-#[derive(Default)]
-struct References(HashMap<u64, Vec<f32>>);
-
-impl References {
-    fn get(&mut self, init: &[f32], launches: u64) -> &[f32] {
-        self.0.entry(launches).or_insert_with(|| host_reference(init, launches))
-    }
-}
-
-/// Checks one buffer: finite, changed (if launched), and within 1e-3 (relative) of the host
-/// reference. Returns the largest relative difference.
-fn check_buffer(
-    what: &str,
-    init: &[f32],
-    got: &[f32],
-    launches: u64,
-    refs: &mut References,
-) -> Result<f64, String> {
-    if got.len() != init.len() {
-        return Err(format!("{what}: {} values, expected {}", got.len(), init.len()));
-    }
-    if let Some(i) = got.iter().position(|v| !v.is_finite()) {
-        return Err(format!("{what}: non-finite value {} at [{i}]", got[i]));
-    }
-    if launches > 0 {
-        if let Some(i) = (0..got.len()).find(|&i| got[i] == init[i]) {
-            return Err(format!(
-                "{what}: value [{i}] = {} still equals its initial value after {launches} launches",
-                got[i]
-            ));
-        }
-    }
-    let expect = refs.get(init, launches);
-    let max_rel = expect
-        .iter()
-        .zip(got)
-        .map(|(&e, &g)| ((g as f64 - e as f64) / e as f64).abs())
-        .fold(0.0f64, f64::max);
-    if max_rel.is_nan() || max_rel > 1e-3 {
-        return Err(format!(
-            "{what}: differs from the host reference for {launches} launches by up to {max_rel:.3e} (relative)"
-        ));
-    }
-    Ok(max_rel)
-}
-
 /// Copies every tiny-kernel buffer of both sides back and checks it; returns a one-line summary.
 fn check_tiny(init: &[f32], fw: &Fw, raw: &Raw) -> Result<String, String> {
     fw.stream.synchronize().map_err(ctx("Stream::synchronize before the check"))?;
-    let mut refs = References::default();
-    let (mut n, mut launches, mut worst) = (0usize, 0u64, 0.0f64);
-    let groups: [(&str, Vec<&Counted>); 4] = [
-        ("framework sized", fw.sized.iter().collect()),
-        ("framework capture", vec![&fw.capture]),
-        ("framework wide", fw.wide.iter().collect()),
-        ("framework single", vec![&fw.single]),
-    ];
-    for (what, bufs) in groups {
-        for (k, c) in bufs.into_iter().enumerate() {
-            let got = c.buf.to_vec().map_err(ctx("DeviceBuffer::to_vec"))?;
-            let what = format!("{what} buffer {k}");
-            worst = worst.max(check_buffer(&what, init, &got, c.launches, &mut refs)?);
-            n += 1;
-            launches += c.launches;
-        }
-    }
-    for (k, &p) in raw.bufs.iter().enumerate() {
-        let got = raw.download(p, ELEMS)?;
-        let what = format!("raw buffer {k}");
-        worst = worst.max(check_buffer(&what, init, &got, raw.launches[k], &mut refs)?);
-        n += 1;
-        launches += raw.launches[k];
-    }
+    let mut c = TinyChecker::new(init);
+    c.check_counted("framework sized", &fw.sized)?;
+    c.check_counted("framework capture", [&fw.capture])?;
+    c.check_counted("framework wide", &fw.wide)?;
+    c.check_counted("framework single", [&fw.single])?;
+    c.check_raw(&raw.tiny)?;
     Ok(format!(
-        "{n} tiny-kernel buffers, {launches} kernels in all, every buffer finite, changed (if run), and \
-         within {worst:.1e} (relative) of the host reference for its kernel count"
+        "{} tiny-kernel buffers, {} kernels in all, every buffer finite, changed (if run), and \
+         within {:.1e} (relative) of the host reference for its kernel count",
+        c.buffers, c.launches, c.worst
     ))
 }
 
@@ -1106,19 +723,11 @@ struct Params {
 }
 
 fn run() -> Result<(), String> {
-    let opts = Options::from_env(SPEC)?;
-    if opts.help_requested() {
-        print!(
-            "{}",
-            bench::usage(
-                "bench-graph",
-                "Compares cuda-async CUDA graphs (scope, replay, .await, parameter handles) with raw CUDA \
-                 driver graph calls.",
-                SPEC
-            )
-        );
+    let about = "Compares cuda-async CUDA graphs (scope, replay, .await, parameter handles) with raw CUDA \
+                 driver graph calls.";
+    let Some(opts) = Options::from_env_or_usage("bench-graph", about, SPEC)? else {
         return Ok(());
-    }
+    };
     let p = Params {
         repeats: opts.count_or("--repeats", 9, 1)?,
         replay_kernels: opts.count_or("--replay-kernels", 100_000, 1)?,
@@ -1130,40 +739,23 @@ fn run() -> Result<(), String> {
         round_trips: opts.count_or("--roundtrips", 2_000, 1)?,
         sweeps: opts.count_or("--sweeps", 100, 1)?,
     };
-    let json_path = opts.get("--json").map(PathBuf::from);
+    let json_path = opts.json_path();
 
-    // Classify "no GPU here" clearly before anything else touches the driver.
-    match cuda_core::gpu_available() {
-        Ok(_) => {}
-        Err(e @ Error::NoDriver { .. }) => return Err(format!("no CUDA driver: {e}")),
-        Err(e @ Error::NoDevice { .. }) => return Err(format!("no CUDA device: {e}")),
-        Err(e) => return Err(format!("the CUDA driver is unusable: {e}")),
-    }
-    let dev = Device::new(0).map_err(ctx("opening device 0"))?;
-    cuda_async::scheduling::set_default_device(0).map_err(dctx("setting the default device"))?;
-    let (drv_major, drv_minor) = cuda_core::driver_version().map_err(ctx("reading the driver version"))?;
-    let arch = dev.sm_arch().map_err(ctx("reading the compute capability"))?;
-    let (nvrtc_major, nvrtc_minor) = cuda_core::nvrtc::nvrtc_version().map_err(ctx("loading NVRTC"))?;
+    let (dev, gpu) = bench::open_gpu("bench-graph", bench::make_async_default)?;
     let mut rng = SplitMix64::from_time();
     let seed = rng.state();
-    println!(
-        "bench-graph: {} ({arch}), driver CUDA {drv_major}.{drv_minor}, NVRTC {nvrtc_major}.{nvrtc_minor}",
-        dev.name()
-    );
 
     // Kernels must not compile during a capture: load `kernels`' modules now.
     let kern = Kernels::get(&dev).map_err(ctx("Kernels::get (compiling the kernels crate)"))?;
-    let tiny = KernelCache::memory_only()
-        .compile(&dev, "tiny.cu", SRC, &[])
-        .map_err(ctx("compiling the tiny kernel with NVRTC"))?;
+    let tiny = TinyImage::compile(&dev)?;
     let scale_src = KernelCache::global()
         .compile(&dev, "elementwise.cu", kernels::ELEMENTWISE_SRC, &["-std=c++17".to_string()])
         .map_err(ctx("compiling the elementwise kernels for the raw side with NVRTC"))?;
-    let init: Vec<f32> = (0..ELEMS).map(|_| rng.f32_in(0.5, 1.5)).collect();
+    let init: Vec<f32> = (0..TINY_ELEMS).map(|_| rng.f32_in(0.5, 1.5)).collect();
     let px: Vec<f32> = (0..PARAM_ELEMS).map(|_| rng.f32_in(0.5, 1.5)).collect();
 
-    let mut raw = Raw::new(&dev, &tiny.image, &scale_src.image, &init, &px)?;
-    let mut fw = Fw::new(&dev, &tiny.image, &init, &px)?;
+    let mut raw = Raw::new(&dev, &tiny, &scale_src.image, &init, &px)?;
+    let mut fw = Fw::new(&dev, &tiny, &init, &px)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -1267,7 +859,7 @@ fn run() -> Result<(), String> {
             }
             Ok(())
         })
-        .map_err(dctx("CudaGraph::scope (100 Tiny on 100 buffers)"))?
+        .map_err(ctx("CudaGraph::scope (100 Tiny on 100 buffers)"))?
     };
     let warm4 = (p.iters / 10).max(1);
     let (eager4, graph4) = {
@@ -1305,7 +897,7 @@ fn run() -> Result<(), String> {
     // 6. Parameter updates through handles.
     println!("6: {} sweeps over {PARAM_NODES} scale-node parameters per repeat", p.sweeps);
     let cfg6 = kern.config(PARAM_ELEMS);
-    let raw_params = raw.capture(|rw| rw.pys.iter().try_for_each(|&y| rw.enqueue_scale(cfg6, y, 1.0)))?;
+    let raw_params = raw.capture(|rw| rw.pys.iter().try_for_each(|y| rw.enqueue_scale(cfg6, y, 1.0)))?;
     let raw_nodes = raw.param_nodes(&raw_params)?;
     let (fw_params, handles) = {
         let Fw { px: x, pys, stream, .. } = &mut fw;
@@ -1317,7 +909,7 @@ fn run() -> Result<(), String> {
             }
             Ok(hs)
         })
-        .map_err(dctx("CudaGraph::scope (100 scale nodes with record_param)"))?;
+        .map_err(ctx("CudaGraph::scope (100 scale nodes with record_param)"))?;
         let hs = g.take_output().ok_or("the graph of 6 has no output")?;
         (g, hs)
     };
@@ -1361,13 +953,7 @@ fn run() -> Result<(), String> {
     raw.close()?;
 
     // Report.
-    let mut report = Report::new("bench-graph");
-    report.meta("date_utc", bench::utc_now());
-    report.meta("gpu", dev.name());
-    report.meta("arch", arch.as_str());
-    report.meta("driver_cuda_version", format!("{drv_major}.{drv_minor}"));
-    report.meta("nvidia_kernel_module", bench::nvidia_kernel_module_version());
-    report.meta("nvrtc_version", format!("{nvrtc_major}.{nvrtc_minor}"));
+    let mut report = gpu.report("bench-graph");
     report.meta("repeats", r);
     report.meta("replay_kernels", p.replay_kernels);
     report.meta("calls", p.calls);
@@ -1444,49 +1030,16 @@ fn run() -> Result<(), String> {
     );
     report.meta("m2_framework_minus_raw_us", diff2);
     report.meta("m4_speedup_eager_over_graph", speedup);
-    report.meta(
-        "correctness",
-        match &correctness {
-            Ok(s) => Json::from(s.as_str()),
-            Err(e) => Json::from(format!("FAILED: {e}")),
-        },
-    );
 
-    print!("{}", report.table());
-    println!("goals met: {}", if report.all_met() { "yes" } else { "NO" });
-    if let Some(path) = &json_path {
-        report.write_json(path)?;
-        println!("wrote {}", path.display());
-    }
+    report.publish(&correctness, json_path.as_deref())?;
     drop(fw);
     dev.synchronize().map_err(ctx("final device synchronize"))?;
-    correctness.map(|s| println!("correctness: {s}")).map_err(|e| format!("correctness check failed: {e}"))
+    bench::conclude(correctness)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn host_reference_converges_and_stays_finite() {
-        let init = [0.5f32, 1.0, 1.4999];
-        assert_eq!(host_reference(&init, 1)[1], SCALE.mul_add(1.0, 1.0));
-        let far = host_reference(&init, 10_000_000);
-        assert!(far.iter().all(|v| v.is_finite() && (*v - 1000.0).abs() < 1.0));
-    }
-
-    #[test]
-    fn check_buffer_catches_problems() {
-        let init = vec![1.0f32; ELEMS];
-        let mut refs = References::default();
-        let out = host_reference(&init, 5);
-        assert!(check_buffer("t", &init, &out, 5, &mut refs).is_ok());
-        assert!(check_buffer("t", &init, &out, 50, &mut refs).is_err());
-        assert!(check_buffer("t", &init, &init, 5, &mut refs).is_err());
-        let mut bad = out.clone();
-        bad[3] = f32::NAN;
-        assert!(check_buffer("t", &init, &bad, 5, &mut refs).is_err());
-    }
 
     #[test]
     fn scaled_check_and_factors() {

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One full round of checks on the GPU host, over a bundle built here with ../shared/gpu-bundle:
+# the GPU suites, the benchmarks (JSON), the MLP examples and compute-sanitizer runs. Full logs go
+# to $OUT (or ./gpu-out); a condensed summary is printed.
+#   scripts/gpu-check.sh [suites|bench|sanitize|all]   (default: all)
+set -uo pipefail
+B=${BUNDLE:-.gpu-bundle}
+O=${OUT:-gpu-out}; mkdir -p "$O"
+what=${1:-all}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/gpu: /'
+if [[ $what == all || $what == suites ]]; then
+  "$B/run-all" >"$O/run-all.log" 2>&1; echo "run-all exit $?"
+  grep -E "^=== |^test result|^!!!|bundle summary" "$O/run-all.log" | grep -vE "0 passed; 0 failed; 0 ignored"
+  grep -A25 "^failures:" "$O/run-all.log" | head -80
+fi
+if [[ $what == all || $what == bench ]]; then
+  for b in bench-core bench-async bench-graph mlp; do
+    "$B/bin/$b" --json "$O/$b.json" >"$O/$b.log" 2>&1; echo "$b exit $?"
+    grep -E "^measurement|^---|  (yes|NO)$|goals met|correctness|error" "$O/$b.log" | head -30
+  done
+  "$B/bin/mlp-tokio" >"$O/mlp-tokio.log" 2>&1; echo "mlp-tokio exit $?"; tail -4 "$O/mlp-tokio.log"
+fi
+if [[ $what == all || $what == sanitize ]]; then
+  for t in gpu_graph gpu_graph_build gpu_async; do
+    for tool in memcheck racecheck; do
+      timeout 240 compute-sanitizer --tool $tool --leak-check no "$B/tests/cuda-async-tests--test--$t" --test-threads=1 --skip many_tasks --skip threads_capture >"$O/san-$t-$tool.log" 2>&1
+      echo "$t $tool exit $?: $(grep -E 'test result' "$O/san-$t-$tool.log" | tail -1) | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$O/san-$t-$tool.log" | tail -1)"
+    done
+  done
+fi

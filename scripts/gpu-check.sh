@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One full round of checks on the GPU host, over a bundle built here with ../shared/gpu-bundle:
 # the GPU suites, the benchmarks (JSON), the MLP examples and compute-sanitizer runs. Full logs go
-# to $OUT (or ./gpu-out); a condensed summary is printed.
+# to $OUT/logs.tgz and the benchmark JSON to $OUT (or ./gpu-out); a condensed summary is printed.
 #   scripts/gpu-check.sh [suites|bench|sanitize|all]   (default: all)
 set -uo pipefail
 B=${BUNDLE:-.gpu-bundle}
-O=${OUT:-gpu-out}; mkdir -p "$O"
+R=${OUT:-gpu-out}; mkdir -p "$R"
+O=$(mktemp -d)
+trap 'tar -czf "$R/logs.tgz" -C "$O" . ; cp "$O"/*.json "$R"/ 2>/dev/null' EXIT
 what=${1:-all}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/gpu: /'
 if [[ $what == all || $what == suites ]]; then

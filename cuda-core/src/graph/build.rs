@@ -234,15 +234,35 @@ impl<'g> GraphBody<'g> {
         self.check_device(dst.device())?;
         self.keep.add_alloc(src.allocation());
         self.keep.add_alloc(dst.allocation());
-        // SAFETY: zeroed is valid for this plain C struct; we fill what a 1-D copy needs.
-        let mut p: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
-        p.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        p.srcDevice = src.device_ptr();
-        p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        p.dstDevice = dst.device_ptr();
-        p.WidthInBytes = src.size_bytes();
-        p.Height = 1;
-        p.Depth = 1;
+        // Every field spelled out: the memory-type enums have no zero value, so zeroing the struct
+        // would be undefined behaviour.
+        let p = sys::CUDA_MEMCPY3D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcZ: 0,
+            srcLOD: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: src.device_ptr(),
+            srcArray: std::ptr::null_mut(),
+            reserved0: std::ptr::null_mut(),
+            srcPitch: 0,
+            srcHeight: 0,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstZ: 0,
+            dstLOD: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dst.device_ptr(),
+            dstArray: std::ptr::null_mut(),
+            reserved1: std::ptr::null_mut(),
+            dstPitch: 0,
+            dstHeight: 0,
+            WidthInBytes: src.size_bytes(),
+            Height: 1,
+            Depth: 1,
+        };
         let (g, ctx) = (self.raw, self.device.cu_context());
         // SAFETY: live graph and context; both ranges are exactly size_bytes() and stay allocated.
         self.add(deps, "adding a copy node", |out, d, n| unsafe {
@@ -291,7 +311,8 @@ impl<'g> GraphBody<'g> {
         let nodes = graph.nodes()?;
         if let [only] = nodes.as_slice() {
             if node_type(only)? == NodeType::Kernel {
-                // SAFETY: zeroed is valid for this plain C struct; the driver fills it.
+                // SAFETY: all-zero is valid for this struct of integers and pointers (no enums); the driver
+                // fills it.
                 let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
                 // SAFETY: a live kernel node of `graph`.
                 check(
@@ -350,7 +371,8 @@ impl<'g> GraphBody<'g> {
             for a in allocs.iter().flatten() {
                 self.keep.add_alloc(a);
             }
-            // SAFETY: zeroed is valid for this plain C struct; we fill every field the driver reads.
+            // SAFETY: all-zero is valid for this struct of integers and pointers (no enums); we fill every
+            // field the driver reads.
             let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
             p.func = f.raw();
             (p.gridDimX, p.gridDimY, p.gridDimZ) = cfg.grid;
@@ -371,7 +393,8 @@ impl<'g> GraphBody<'g> {
         if bytes == 0 {
             return Err(Error::InvalidArgument("a mem-alloc node needs at least one byte".into()));
         }
-        // SAFETY: zeroed is valid for these plain C structs; we fill what the driver needs.
+        // SAFETY: all-zero is a valid value: the pool-property enums have 0 variants (INVALID / NONE)
+        // and the other fields are integers and pointers; we fill what the driver needs.
         let mut p: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
         p.poolProps.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
         p.poolProps.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;

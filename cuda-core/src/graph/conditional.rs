@@ -142,7 +142,8 @@ impl<'g> GraphBody<'g> {
         let deps_raw: Vec<sys::CUgraphNode> = deps.iter().map(|d| self.dep(d)).collect::<Result<_>>()?;
         self.device.bind()?;
         let mut body_graph: sys::CUgraph = std::ptr::null_mut();
-        // SAFETY: zeroed is valid for this plain C struct/union; we fill the conditional variant.
+        // SAFETY: all-zero is a valid value: `type_` has a 0 variant (KERNEL) and the rest is a union
+        // of plain data; we fill the conditional variant.
         let mut p: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
         p.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
         p.__bindgen_anon_1.conditional = sys::CUDA_CONDITIONAL_NODE_PARAMS {

@@ -184,7 +184,8 @@ impl KernelNode {
     /// # Safety
     /// The graph the node belongs to must be alive.
     pub unsafe fn launches(&self, function: &crate::Function) -> Result<bool> {
-        // SAFETY: zeroed is valid for this plain C struct; the driver fills it.
+        // SAFETY: all-zero is valid for this struct of integers and pointers (no enums); the driver
+        // fills it.
         let mut params: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
         // SAFETY: the caller guarantees the node is alive.
         check(
@@ -436,7 +437,7 @@ impl GraphExec {
     /// allocations instead (replays already queued still hold theirs through the stream order).
     pub fn update(&mut self, graph: &Graph) -> Result<ExecUpdate> {
         self.device.bind()?;
-        // SAFETY: zeroed is valid for this plain C struct (an enum 0 and null handles).
+        // SAFETY: all-zero is valid: `result` has a 0 variant (SUCCESS) and the rest are handles.
         let mut info: sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
         // SAFETY: live handles; valid out-pointer.
         let res = unsafe { sys::cuGraphExecUpdate_v2(self.raw, graph.raw, &mut info) };
@@ -535,7 +536,8 @@ impl KernelNode {
     /// # Safety
     /// The graph the node belongs to must be alive.
     pub unsafe fn read_params(&self) -> Result<KernelNodeParams> {
-        // SAFETY: zeroed is valid for this plain C struct; the driver fills it.
+        // SAFETY: all-zero is valid for this struct of integers and pointers (no enums); the driver
+        // fills it.
         let mut raw: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
         // SAFETY: the caller guarantees the node is alive.
         check(

@@ -56,7 +56,8 @@ impl MemPool {
     /// Creates a new pool of device memory on `device`.
     pub fn new(device: &Device) -> Result<MemPool> {
         device.bind()?;
-        // SAFETY: zeroed is a valid starting point for this plain C struct; we fill what matters.
+        // SAFETY: all-zero is a valid value: its enums have 0 variants (INVALID / NONE) and the other
+        // fields are integers and pointers; we fill what matters.
         let mut props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
         props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
         props.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;

@@ -141,7 +141,6 @@ impl<'g> GraphBody<'g> {
         require_driver()?;
         let deps_raw: Vec<sys::CUgraphNode> = deps.iter().map(|d| self.dep(d)).collect::<Result<_>>()?;
         self.device.bind()?;
-        let mut body_graph: sys::CUgraph = std::ptr::null_mut();
         // SAFETY: all-zero is a valid value: `type_` has a 0 variant (KERNEL) and the rest is a union
         // of plain data; we fill the conditional variant.
         let mut p: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
@@ -153,12 +152,12 @@ impl<'g> GraphBody<'g> {
                 ConditionalKind::While => sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE,
             },
             size: 1,
-            phGraph_out: &mut body_graph,
+            // Output: the driver points this at its own array of body graphs.
+            phGraph_out: std::ptr::null_mut(),
             ctx: self.device.cu_context(),
         };
         let mut raw = std::ptr::null_mut();
-        // SAFETY: live graph; `deps_raw` are nodes of it; `p` is a valid conditional description
-        // whose out-pointer `body_graph` outlives the call. The body graph is owned by the node.
+        // SAFETY: live graph; `deps_raw` are nodes of it; `p` is a valid conditional description.
         check(
             unsafe {
                 sys::cuGraphAddNode_v2(
@@ -172,6 +171,15 @@ impl<'g> GraphBody<'g> {
             },
             "adding a conditional node",
         )?;
+        // SAFETY: on success the driver set `phGraph_out` to its array of `size == 1` body graphs,
+        // owned by the node (alive as long as the graph).
+        let body_graph = unsafe {
+            let arr = p.__bindgen_anon_1.conditional.phGraph_out;
+            if arr.is_null() {
+                return Err(Error::InvalidArgument("the driver returned no body graph".into()));
+            }
+            *arr
+        };
         Ok((raw, body_graph))
     }
 

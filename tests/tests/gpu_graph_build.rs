@@ -179,6 +179,7 @@ fn conditional_if() -> TestResult {
     for take in [false, true] {
         let mut flag = DeviceBuffer::<u32>::zeros(&s, 1)?;
         let mut acc = DeviceBuffer::<f32>::filled(&s, 1000, 1.0)?;
+        let twos_half = DeviceBuffer::<f32>::filled(&s, 1000, 1.0)?;
         let mut g = Graph::new(&d)?;
         {
             let mut b = g.builder();
@@ -186,7 +187,12 @@ fn conditional_if() -> TestResult {
             let set = b.add_memset(&mut flag, take as u32, &[])?;
             let apply = b.add_set_conditional(&cond, &flag, &[set])?;
             b.add_if::<cuda_async::DeviceError>(&cond, &[apply], |body| {
-                body.add_op(ops::fill(&mut acc, 42.0f32), &[])?;
+                // A body built by capture: two ops recorded as one child-graph node.
+                body.add_recorded(&[], |sc| {
+                    let a = sc.record(ops::fill(&mut acc, 40.0f32))?;
+                    sc.record(ops::axpy(2.0f32, &twos_half, a))?;
+                    Ok(())
+                })?;
                 Ok(())
             })?;
         }

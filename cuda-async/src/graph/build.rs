@@ -26,13 +26,30 @@ pub trait GraphBodyExt {
     /// single kernel becomes a kernel node, anything else a child-graph node. Buffers it uses are
     /// kept alive by the graph, exactly as for captured graphs.
     fn add_op<O: GraphNode>(&mut self, op: O, deps: &[Node]) -> Result<(O::Output, Node)>;
+
+    /// Records everything `f` records (a capture scope, as in [`CudaGraph::scope`]) and adds it
+    /// as one node (a kernel node if it is a single kernel, else a child graph) depending on `deps`:
+    /// conditional bodies built by capture.
+    fn add_recorded<T>(
+        &mut self,
+        deps: &[Node],
+        f: impl FnOnce(&mut super::Scope<'_>) -> Result<T>,
+    ) -> Result<(T, Node)>;
 }
 
 impl GraphBodyExt for GraphBody<'_> {
     fn add_op<O: GraphNode>(&mut self, op: O, deps: &[Node]) -> Result<(O::Output, Node)> {
+        self.add_recorded(deps, |s| s.record(op))
+    }
+
+    fn add_recorded<T>(
+        &mut self,
+        deps: &[Node],
+        f: impl FnOnce(&mut super::Scope<'_>) -> Result<T>,
+    ) -> Result<(T, Node)> {
         let stream = op_capture_stream(self.device())?;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let (graph, out) = record(&stream, &CaptureOptions::default(), id, |s| s.record(op))?;
+        let (graph, out) = record(&stream, &CaptureOptions::default(), id, f)?;
         let node = self.add_captured(&graph, deps)?;
         Ok((out, node))
     }

@@ -16,14 +16,14 @@ if [[ $what == all || $what == suites ]]; then
   grep -A25 "^failures:" "$O/run-all.log" | head -80
 fi
 if [[ $what == all || $what == bench ]]; then
-  for b in bench-core bench-async bench-graph mlp; do
+  for b in bench-core bench-async bench-graph bench-graph-build mlp; do
     "$B/bin/$b" --json "$O/$b.json" >"$O/$b.log" 2>&1; echo "$b exit $?"
     grep -E "^measurement|^---|  (yes|NO)$|goals met|correctness|error" "$O/$b.log" | head -30
   done
   "$B/bin/mlp-tokio" >"$O/mlp-tokio.log" 2>&1; echo "mlp-tokio exit $?"; tail -4 "$O/mlp-tokio.log"
 fi
 if [[ $what == all || $what == sanitize ]]; then
-  for t in gpu_graph gpu_graph_build gpu_async; do
+  for t in gpu_core gpu_async gpu_kernel_ops gpu_graph gpu_graph_build gpu_mlp; do
     for tool in memcheck racecheck; do
       # --report-api-errors no: API calls that fail by design (a refused exec update in a test, the
       # probe past a kernel's last parameter) are not memory errors.

@@ -2,6 +2,7 @@
 //! ordering, the kernel cache, memory pools, graph handles, and bad input.
 //! Ignored without a GPU; fails without one when CUDA_ASYNC_REQUIRE_GPU=1.
 
+use cuda_async_tests::ops::SpinWrite;
 use cuda_async_tests::{assert_close, ensure, random_f32, random_f64, rng, Suite, TestResult, POISON_F32};
 use cuda_core::nvrtc::{CacheOrigin, KernelCache};
 use cuda_core::{
@@ -274,15 +275,24 @@ fn streams_priority_query_drop() -> TestResult {
     let xh = random_f32(&mut r, n);
     let x = DeviceBuffer::from_host(&home, &xh)?;
     let mut y = DeviceBuffer::<f32>::zeros(&home, n)?;
+    let mut marker = DeviceBuffer::<f32>::zeros(&home, 1)?;
     {
         let tmp = Stream::new(&d)?;
         for _ in 0..30 {
             k.axpy(&tmp, 1.0f32, &x, &mut y)?;
         }
-        let t = std::time::Instant::now();
+        // A 300 ms kernel queued last: if dropping the stream waited for its work, the work would
+        // be finished when drop returns. (Checked through the work's state, not a wall-clock
+        // bound, so it holds under compute-sanitizer too.)
+        // SAFETY: the output (a `&mut` handle) is not used before the reads below, which are
+        // ordered after the kernel.
+        unsafe {
+            cuda_async::DeviceOpExt::async_on(SpinWrite { buf: &mut marker, ns: 300_000_000, v: 1.0 }, &tmp)?
+        };
         drop(tmp);
-        ensure(t.elapsed().as_millis() < 100, "stream drop blocked")?;
+        ensure(!home.query()?, "dropping the stream waited for its queued work")?;
     }
+    ensure(marker.to_vec()? == vec![1.0], "queued work completed after the drop")?;
     assert_close(&y.to_vec()?, &xh.iter().map(|&v| 30.0 * v as f64).collect::<Vec<_>>(), 1e-5)
 }
 

@@ -461,8 +461,18 @@ impl RawBuffer {
         dev.bind().map_err(ctx("binding the primary context for the raw side"))?;
         let bytes = std::mem::size_of_val(data);
         let mut b = RawBuffer { dev: *dev, ptr: 0, len: data.len() };
-        // SAFETY: valid out-pointer; the context is current.
-        ck(unsafe { sys::cuMemAlloc_v2(&mut b.ptr, bytes) }, "cuMemAlloc_v2")?;
+        if std::env::var_os("CUDA_ASYNC_BENCH_RAW_POOL").is_some() {
+            // Diagnostic: take the raw side's memory from the stream-ordered pool too (as the
+            // framework does), to separate allocator effects from framework overhead.
+            // SAFETY: valid out-pointer; the context is current; the legacy stream is synchronized
+            // right after, so the allocation is ready for any stream.
+            ck(unsafe { sys::cuMemAllocAsync(&mut b.ptr, bytes, std::ptr::null_mut()) }, "cuMemAllocAsync")?;
+            // SAFETY: the legacy stream of the current context.
+            ck(unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) }, "cuStreamSynchronize")?;
+        } else {
+            // SAFETY: valid out-pointer; the context is current.
+            ck(unsafe { sys::cuMemAlloc_v2(&mut b.ptr, bytes) }, "cuMemAlloc_v2")?;
+        }
         // SAFETY: `b.ptr` is our allocation of `bytes` bytes; `data` is a live slice of that size.
         ck(unsafe { sys::cuMemcpyHtoD_v2(b.ptr, data.as_ptr().cast(), bytes) }, "cuMemcpyHtoD_v2")?;
         Ok(b)

@@ -289,8 +289,15 @@ fn streams_priority_query_drop() -> TestResult {
         unsafe {
             cuda_async::DeviceOpExt::async_on(SpinWrite { buf: &mut marker, ns: 300_000_000, v: 1.0 }, &tmp)?
         };
+        // Under tools that serialise launches (compute-sanitizer), the work may already be done
+        // here; then there is nothing to observe.
+        let pending = !home.query()?;
         drop(tmp);
-        ensure(!home.query()?, "dropping the stream waited for its queued work")?;
+        if pending {
+            ensure(!home.query()?, "dropping the stream waited for its queued work")?;
+        } else {
+            eprintln!("note: the queued work finished before the drop (serialised launches); not observable");
+        }
     }
     ensure(marker.to_vec()? == vec![1.0], "queued work completed after the drop")?;
     assert_close(&y.to_vec()?, &xh.iter().map(|&v| 30.0 * v as f64).collect::<Vec<_>>(), 1e-5)

@@ -289,14 +289,15 @@ fn streams_priority_query_drop() -> TestResult {
         unsafe {
             cuda_async::DeviceOpExt::async_on(SpinWrite { buf: &mut marker, ns: 300_000_000, v: 1.0 }, &tmp)?
         };
-        // Under tools that serialise launches (compute-sanitizer), the work may already be done
-        // here; then there is nothing to observe.
+        // Under compute-sanitizer (which injects itself through CUDA_INJECTION64_PATH) stream
+        // destruction waits for the stream's work, a behaviour of the tool: nothing to observe.
+        let tool = std::env::var_os("CUDA_INJECTION64_PATH").is_some();
         let pending = !home.query()?;
         drop(tmp);
-        if pending {
+        if pending && !tool {
             ensure(!home.query()?, "dropping the stream waited for its queued work")?;
         } else {
-            eprintln!("note: the queued work finished before the drop (serialised launches); not observable");
+            eprintln!("note: not observable here (work already done, or running under compute-sanitizer)");
         }
     }
     ensure(marker.to_vec()? == vec![1.0], "queued work completed after the drop")?;

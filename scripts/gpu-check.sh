@@ -27,7 +27,7 @@ if [[ $what == all || $what == sanitize ]]; then
     for tool in memcheck racecheck; do
       # --report-api-errors no: API calls that fail by design (a refused exec update in a test, the
       # probe past a kernel's last parameter) are not memory errors.
-      timeout 240 compute-sanitizer --tool $tool --report-api-errors no --leak-check no "$B/tests/cuda-async-tests--test--$t" --test-threads=1 --skip many_tasks --skip threads_capture >"$O/san-$t-$tool.log" 2>&1
+      CUDA_ASYNC_UNDER_SANITIZER=1 timeout 240 compute-sanitizer --tool $tool --report-api-errors no --leak-check no "$B/tests/cuda-async-tests--test--$t" --test-threads=1 --skip many_tasks --skip threads_capture >"$O/san-$t-$tool.log" 2>&1
       echo "$t $tool exit $?: $(grep -E 'test result' "$O/san-$t-$tool.log" | tail -1) | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$O/san-$t-$tool.log" | tail -1)"
     done
   done

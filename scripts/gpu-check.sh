@@ -27,7 +27,11 @@ if [[ $what == all || $what == sanitize ]]; then
     for tool in memcheck racecheck; do
       # --report-api-errors no: API calls that fail by design (a refused exec update in a test, the
       # probe past a kernel's last parameter) are not memory errors.
-      CUDA_ASYNC_UNDER_SANITIZER=1 timeout 240 compute-sanitizer --tool $tool --report-api-errors no --leak-check no "$B/tests/cuda-async-tests--test--$t" --test-threads=1 --skip many_tasks --skip threads_capture >"$O/san-$t-$tool.log" 2>&1
+      # The stress tests take too long under the tools; await_replays_multi_thread makes racecheck
+      # lose track of a launch and stall (a tool limitation; see docs/results/graphs.md).
+      skip=(--skip many_tasks --skip threads_capture)
+      [[ $tool == racecheck ]] && skip+=(--skip await_replays_multi_thread)
+      CUDA_ASYNC_UNDER_SANITIZER=1 timeout 240 compute-sanitizer --tool $tool --report-api-errors no --leak-check no "$B/tests/cuda-async-tests--test--$t" --test-threads=1 "${skip[@]}" >"$O/san-$t-$tool.log" 2>&1
       echo "$t $tool exit $?: $(grep -E 'test result' "$O/san-$t-$tool.log" | tail -1) | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$O/san-$t-$tool.log" | tail -1)"
     done
   done

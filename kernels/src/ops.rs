@@ -330,45 +330,24 @@ where
 // any they do queue comes first); the named parameter is a plain value factor or fill value of
 // type `T` in the kernel's signature (`fill_T(out, value, n)`: 1; `scale_T(x, alpha, out, n)`: 1;
 // `axpy_T(alpha, x, y, n)`: 0) and no value of it can make the kernel leave its bounds.
-unsafe impl<T: Element, D> TunableParam for Fill<T, D>
-where
-    D: GraphNode,
-    D::Output: BufferMut<T>,
-{
-    type Param = T;
-    const INDEX: usize = 1;
-    fn function(device: &cuda_core::Device) -> cuda_async::Result<cuda_core::Function> {
-        Ok(T::kernels(Kernels::get(device)?).fill.clone())
-    }
+macro_rules! tunable {
+    ($name:ident [$($a:ident: $bound:ident),*], $index:expr, $field:ident) => {
+        // SAFETY: see above; `$field` is the kernel this launcher launches last.
+        unsafe impl<T: Element, $($a),*> TunableParam for $name<T, $($a),*>
+        where
+            $($a: GraphNode, $a::Output: $bound<T>,)*
+        {
+            type Param = T;
+            const INDEX: usize = $index;
+            fn function(device: &cuda_core::Device) -> cuda_async::Result<cuda_core::Function> {
+                Ok(T::kernels(Kernels::get(device)?).$field.clone())
+            }
+        }
+    };
 }
-// SAFETY: see above.
-unsafe impl<T: Element, X, O> TunableParam for Scale<T, X, O>
-where
-    X: GraphNode,
-    X::Output: BufferRef<T>,
-    O: GraphNode,
-    O::Output: BufferMut<T>,
-{
-    type Param = T;
-    const INDEX: usize = 1;
-    fn function(device: &cuda_core::Device) -> cuda_async::Result<cuda_core::Function> {
-        Ok(T::kernels(Kernels::get(device)?).scale.clone())
-    }
-}
-// SAFETY: see above.
-unsafe impl<T: Element, X, Y> TunableParam for Axpy<T, X, Y>
-where
-    X: GraphNode,
-    X::Output: BufferRef<T>,
-    Y: GraphNode,
-    Y::Output: BufferMut<T>,
-{
-    type Param = T;
-    const INDEX: usize = 0;
-    fn function(device: &cuda_core::Device) -> cuda_async::Result<cuda_core::Function> {
-        Ok(T::kernels(Kernels::get(device)?).axpy.clone())
-    }
-}
+tunable!(Fill [D: BufferMut], 1, fill);
+tunable!(Scale [X: BufferRef, O: BufferMut], 1, scale);
+tunable!(Axpy [X: BufferRef, Y: BufferMut], 0, axpy);
 
 /// `y[i] = alpha * x[i] + y[i]` (in place in `y`), yielding `y`'s handle.
 ///

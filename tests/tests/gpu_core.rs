@@ -550,7 +550,8 @@ fn main() {
         .gpu("bad_huge_allocation", bad_huge_allocation)
         .gpu("bad_device_ordinal", bad_device_ordinal)
         .gpu("bad_launch_config", bad_launch_config)
-        .cpu("no_gpu_is_a_clear_error", no_gpu_is_a_clear_error);
+        .cpu("no_gpu_is_a_clear_error", no_gpu_is_a_clear_error)
+        .cpu("no_nvrtc_is_a_clear_error", no_nvrtc_is_a_clear_error);
     s.run()
 }
 
@@ -562,6 +563,22 @@ fn no_gpu_is_a_clear_error() -> TestResult {
         Err(e @ Error::NoDriver { .. }) => ensure(e.to_string().contains("libcuda"), format!("unclear: {e}")),
         Err(e @ Error::NoDevice { .. }) => {
             ensure(e.to_string().contains("no CUDA device"), format!("unclear: {e}"))
+        }
+        Err(e) => Err(format!("unexpected error kind: {e}").into()),
+    }
+}
+
+/// Runs everywhere: NVRTC either loads (and reports a version), or compiling fails with an error
+/// naming `libnvrtc.so` — never a panic.
+fn no_nvrtc_is_a_clear_error() -> TestResult {
+    match cuda_core::nvrtc::nvrtc_version() {
+        Ok((major, _)) => ensure(major >= 11, format!("implausible NVRTC version {major}")),
+        Err(e @ Error::NvrtcMissing { .. }) => {
+            let msg = e.to_string();
+            ensure(msg.contains("libnvrtc.so"), format!("unclear: {msg}"))?;
+            let err =
+                cuda_core::nvrtc::compile_cubin("k.cu", "extern \"C\" __global__ void k() {}", "sm_90", &[]);
+            ensure(matches!(err, Err(Error::NvrtcMissing { .. })), format!("compile without NVRTC: {err:?}"))
         }
         Err(e) => Err(format!("unexpected error kind: {e}").into()),
     }

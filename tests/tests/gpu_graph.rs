@@ -256,6 +256,8 @@ fn launch_on_other_streams() -> TestResult {
             Ok(50)
         });
         for i in 0..20 {
+            // SAFETY: a replay's output is `()`; the buffers it writes are read only through
+            // `to_vec`, which is ordered after it.
             unsafe { g.launch().async_on(if i % 2 == 0 { &s2 } else { &s3 })? };
         }
         Ok(reader.join().map_err(|_| "the reader thread panicked")?)

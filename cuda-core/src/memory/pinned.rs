@@ -107,43 +107,37 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
 
     /// Queues an asynchronous copy of this buffer into `dst` on `stream` and returns at once.
     pub fn copy_to_device_async(&mut self, stream: &Stream, dst: &mut DeviceBuffer<T>) -> Result<()> {
-        if dst.len() != self.len {
-            return Err(Error::LengthMismatch {
-                during: "async copy pinned host to device",
-                expected: dst.len(),
-                actual: self.len,
-            });
-        }
-        if self.len == 0 {
-            return Ok(());
-        }
-        capture::refuse_if_capturing(
-            stream,
-            "an async copy with pinned host memory on a stream being captured",
-        )?;
-        // A previous transfer may still write into `self`; the stream order only covers `stream`.
-        self.wait()?;
-        stream.device().bind()?;
-        ordered_on(stream, &[dst.allocation()], || {
-            // SAFETY: both ranges are live and exactly size_bytes() long; `self` stays alive and
-            // unwritten by the host until `pending` (recorded below) completes.
-            let res = unsafe {
-                sys::cuMemcpyHtoDAsync_v2(dst.device_ptr(), self.ptr.cast(), dst.size_bytes(), stream.raw())
-            };
-            check(res, "async copy pinned host to device")
-        })?;
-        self.track(stream)
+        let (d, bytes) = (dst.device_ptr(), dst.size_bytes());
+        self.transfer(stream, dst, "async copy pinned host to device", |host, s| {
+            // SAFETY: both ranges are live and exactly `bytes` long; `self` stays alive and
+            // unwritten by the host until `pending` (recorded after the copy) completes.
+            unsafe { sys::cuMemcpyHtoDAsync_v2(d, host, bytes, s) }
+        })
     }
 
     /// Queues an asynchronous copy of `src` into this buffer on `stream` and returns at once.
     /// The data is visible through [`PinnedBuffer::as_slice`], which waits for the copy.
     pub fn copy_from_device_async(&mut self, stream: &Stream, src: &DeviceBuffer<T>) -> Result<()> {
-        if src.len() != self.len {
-            return Err(Error::LengthMismatch {
-                during: "async copy device to pinned host",
-                expected: self.len,
-                actual: src.len(),
-            });
+        let (d, bytes) = (src.device_ptr(), src.size_bytes());
+        self.transfer(stream, src, "async copy device to pinned host", |host, s| {
+            // SAFETY: both ranges are live and exactly `bytes` long; the host cannot read or free
+            // `self` before `pending` (recorded after the copy) completes.
+            unsafe { sys::cuMemcpyDtoHAsync_v2(host, d, bytes, s) }
+        })
+    }
+
+    /// The shared part of both directions: checks, waits for the previous transfer, queues `copy`
+    /// ordered with `dev`'s other uses, and records the pending event — also when a join after
+    /// the copy failed, so the host never touches memory a queued copy may still use.
+    fn transfer(
+        &mut self,
+        stream: &Stream,
+        dev: &DeviceBuffer<T>,
+        during: &'static str,
+        copy: impl FnOnce(*mut std::ffi::c_void, sys::CUstream) -> sys::CUresult,
+    ) -> Result<()> {
+        if dev.len() != self.len {
+            return Err(Error::LengthMismatch { during, expected: self.len, actual: dev.len() });
         }
         if self.len == 0 {
             return Ok(());
@@ -152,17 +146,18 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
             stream,
             "an async copy with pinned host memory on a stream being captured",
         )?;
+        // A previous transfer may still use `self`; the stream order only covers `stream`.
         self.wait()?;
         stream.device().bind()?;
-        ordered_on(stream, &[src.allocation()], || {
-            // SAFETY: both ranges are live and exactly size_bytes() long; the host cannot read or
-            // free `self` before `pending` (recorded below) completes.
-            let res = unsafe {
-                sys::cuMemcpyDtoHAsync_v2(self.ptr.cast(), src.device_ptr(), src.size_bytes(), stream.raw())
-            };
-            check(res, "async copy device to pinned host")
-        })?;
-        self.track(stream)
+        let host = self.ptr.cast();
+        let queued = ordered_on(stream, &[dev.allocation()], || check(copy(host, stream.raw()), during));
+        if let Err(e) = self.track(stream) {
+            // Without a pending event the host could touch `self` while the copy runs: wait.
+            stream.synchronize()?;
+            queued?;
+            return Err(e);
+        }
+        queued
     }
 }
 

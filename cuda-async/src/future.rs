@@ -3,10 +3,11 @@
 //! The first poll takes the execution lock, picks the stream, executes the op (enqueueing its
 //! work), and then, for at most the spin budget (default 5 µs, [`scheduling::set_await_spin`]),
 //! queries an event behind the work: tiny ops finish within it and resolve on the first poll with
-//! no cross-thread wake-up. Otherwise it queues a stream callback behind the work. The callback runs on a driver thread when the
-//! op's work (and everything before it on that stream) has finished — or failed — and completes a
-//! lock-free [`Completion`](crate::completion::Completion), which wakes the task. No thread is
-//! spawned per op and no executor thread spins or blocks.
+//! no cross-thread wake-up. Otherwise it hands that event to the completion engine
+//! (`crate::engine`), whose library-owned thread completes a lock-free
+//! [`Completion`](crate::completion::Completion) when the work has finished — or failed — and wakes
+//! the task from there (never from a driver callback). No thread is spawned per op and no executor
+//! thread spins or blocks.
 //!
 //! **Cancellation.** Dropping the future after submission drops the output. That is sound: the
 //! buffers in it are freed stream-ordered after the queued work (see `cuda-core`'s `DeviceBuffer`),
@@ -80,10 +81,10 @@ impl<O: DeviceOp> DeviceFuture<O> {
         }
         let output =
             execute_locked(op, &stream, "an op future was first polled inside another op's execution")?;
+        let ev = Event::pooled(stream.device())?;
+        ev.record(&stream)?;
         let budget = scheduling::await_spin();
         if !budget.is_zero() {
-            let ev = Event::pooled(stream.device())?;
-            ev.record(&stream)?;
             let start = Instant::now();
             loop {
                 if ev.query().map_err(DeviceError::Async)? {
@@ -96,10 +97,7 @@ impl<O: DeviceOp> DeviceFuture<O> {
             }
         }
         let completion = Completion::new();
-        let signal = completion.clone();
-        // SAFETY: the callback only stores a status code and wakes the task: no CUDA calls, and
-        // waking only schedules the task on its executor.
-        unsafe { stream.add_callback(move |status| signal.complete_with(status.code()))? };
+        crate::engine::watch(ev, completion.clone());
         Ok(State::Submitted(output, completion))
     }
 }

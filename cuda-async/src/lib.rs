@@ -20,6 +20,7 @@ pub mod args;
 pub mod combinators;
 pub(crate) mod completion;
 mod context;
+mod engine;
 mod error;
 mod future;
 pub mod graph;

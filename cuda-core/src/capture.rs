@@ -1,129 +1,358 @@
-//! The registry of stream captures started through this crate.
+//! Stream capture: the capture state of each stream, and the rules that keep captures sound.
 //!
 //! While a stream is being captured, work queued on it is recorded into a graph instead of run, and
-//! a graph replays the recorded device addresses later, any number of times. So that safe code
-//! can never replay into freed memory, this registry:
-//! - collects an owning reference to every [`Allocation`] used by work queued on the capturing
-//!   stream (the graph keeps them: see [`crate::Graph`]);
-//! - refuses allocations, blocking copies, host callbacks and synchronisation on the capturing
-//!   stream with [`Error::Capture`] before the driver sees them (they would invalidate the capture
-//!   or bake in memory that dies);
-//! - defers the free of an allocation whose home stream is capturing to the end of the capture;
-//! - skips cross-stream joins while capturing (they would pull other streams into the capture);
-//!   the joins happen at every replay instead.
+//! a graph replays the recorded device addresses later, any number of times. So that safe code can
+//! never replay into freed memory, race a replay, or lose work into someone else's graph:
 //!
-//! When no capture is active (the common case), every check is one relaxed atomic load.
+//! 1. **One lock per stream decides.** A stream's capture state lives behind its enqueue lock
+//!    (`Stream::lock`). Beginning and ending a capture, and every enqueue, wait and callback of this
+//!    crate, happen under it: a capture cannot begin or end between an enqueue's check and the
+//!    enqueue itself. The state belongs to the stream object, not to its raw handle, so a handle
+//!    reused by the driver after a destroy never inherits a stale capture.
+//! 2. **A capture belongs to its thread.** Only the thread that began a capture may queue work on
+//!    the capturing stream or end the capture; any other thread's enqueue, wait or end is refused
+//!    with [`Error::Capture`] (never "Ok but recorded into someone else's graph").
+//! 3. **No forks.** A stream joins a capture only through a wait on an event recorded inside it.
+//!    Every event remembers the capture its last record was made in (its *tag*), and
+//!    [`Stream::wait_event`] / [`Stream::wait_stream`] refuse a wait that would pull another stream
+//!    into a capture, or a capturing stream's wait on outside work. So the capturing stream is the
+//!    only stream of its capture, and everything recorded went through its lock.
+//! 4. **Everything recorded is kept.** Each use of a buffer recorded into the capture adds its
+//!    [`Allocation`] to the capture's [`KeepAlive`] set, which the graph and every executable graph
+//!    made from it own: replays never touch freed memory. Frees of allocations homed on the
+//!    capturing stream are deferred to the end of the capture (a free must never be recorded).
+//! 5. **No blocking, allocation or callback is recorded**: they are refused before the driver
+//!    sees them, so the capture and the context stay usable.
+//! 6. **Registered before begin, forgotten after end.** The state is set before
+//!    `cuStreamBeginCapture` and cleared only once the driver has ended the capture; a failed end
+//!    that leaves the driver capturing leaves the state in place.
 
-use crate::error::{Error, Result};
+use crate::error::{check, Error, Result};
+use crate::graph::{CaptureMode, CaptureStatus, Graph, KernelNode};
+use crate::keep::KeepAlive;
 use crate::memory::Allocation;
 use crate::stream::Stream;
 use cudarc::driver::sys;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, MutexGuard};
+use std::thread::ThreadId;
 
-#[derive(Default)]
-pub(crate) struct Record {
-    pub(crate) keep: Vec<Arc<Allocation>>,
-    seen: std::collections::HashSet<usize>,
-    deferred: Vec<sys::CUdeviceptr>,
-}
-
+/// How many captures begun through this crate are open, process-wide.
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
-fn registry() -> &'static Mutex<HashMap<usize, Record>> {
-    static R: OnceLock<Mutex<HashMap<usize, Record>>> = OnceLock::new();
-    R.get_or_init(Default::default)
-}
-
-fn key(s: &Stream) -> usize {
-    s.raw() as usize
-}
-
-fn lock() -> std::sync::MutexGuard<'static, HashMap<usize, Record>> {
-    registry().lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Whether `stream` is being captured through this crate.
-#[inline]
-pub(crate) fn is_capturing(stream: &Stream) -> bool {
-    ACTIVE.load(Ordering::Acquire) != 0 && lock().contains_key(&key(stream))
-}
-
-/// Whether any capture is active.
+/// Whether any capture is open anywhere in the process (one atomic load).
 #[inline]
 pub(crate) fn any_active() -> bool {
     ACTIVE.load(Ordering::Acquire) != 0
 }
 
-/// Fails with [`Error::Capture`] naming `what` if `stream` is capturing.
+fn next_capture_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// An open capture of one stream.
+pub(crate) struct Capture {
+    /// Identifies the capture in event tags (never 0).
+    pub(crate) id: u64,
+    /// The thread that began it: the only one that may enqueue on the stream or end it.
+    thread: ThreadId,
+    /// What the recorded work uses.
+    pub(crate) keep: KeepAlive,
+    /// Frees of allocations homed on the stream, dropped during the capture.
+    deferred: Vec<sys::CUdeviceptr>,
+}
+
+/// The state behind a stream's enqueue lock.
+#[derive(Default)]
+pub(crate) struct StreamState {
+    pub(crate) capture: Option<Box<Capture>>,
+}
+
+/// How an enqueue may proceed on a stream, given its state.
+pub(crate) enum Mode<'a> {
+    /// Not capturing: run (and join across streams) as usual.
+    Eager,
+    /// Captured by this thread: record the uses into this set, make no cross-stream joins.
+    Captured(&'a mut KeepAlive),
+}
+
+impl StreamState {
+    /// The capture id if the stream is being captured (by any thread).
+    #[inline]
+    pub(crate) fn capture_id(&self) -> Option<u64> {
+        self.capture.as_ref().map(|c| c.id)
+    }
+
+    /// How an enqueue on this stream proceeds. Errors if another thread is capturing it.
+    #[inline]
+    pub(crate) fn mode(&mut self) -> Result<Mode<'_>> {
+        match &mut self.capture {
+            None => Ok(Mode::Eager),
+            Some(c) if c.thread == std::thread::current().id() => Ok(Mode::Captured(&mut c.keep)),
+            Some(_) => Err(Error::Capture("queueing work on a stream that another thread is capturing")),
+        }
+    }
+}
+
+/// Fails with [`Error::Capture`] naming `what` if the stream whose state this is is capturing.
 #[inline]
-pub(crate) fn refuse_if_capturing(stream: &Stream, what: &'static str) -> Result<()> {
-    if is_capturing(stream) {
-        Err(Error::Capture(what))
-    } else {
-        Ok(())
+pub(crate) fn refuse_if_capturing(state: &StreamState, what: &'static str) -> Result<()> {
+    match state.capture {
+        Some(_) => Err(Error::Capture(what)),
+        None => Ok(()),
     }
 }
 
-pub(crate) fn register(stream: &Stream) {
-    lock().insert(key(stream), Record::default());
-    ACTIVE.fetch_add(1, Ordering::AcqRel);
-}
-
-/// Ends the registration and returns what was recorded; the deferred frees are queued now.
-pub(crate) fn unregister(stream: &Stream) -> Record {
-    let rec = lock().remove(&key(stream));
-    let Some(mut rec) = rec else { return Record::default() };
-    ACTIVE.fetch_sub(1, Ordering::AcqRel);
-    for ptr in rec.deferred.drain(..) {
-        crate::memory::free_async(stream, ptr);
+/// Checks a wait of the stream with `state` on an event tagged `tag` (the capture id of its last
+/// record, 0 if it was recorded eagerly). Rule 3 of the module docs.
+pub(crate) fn check_wait(state: &StreamState, tag: u64) -> Result<()> {
+    match (&state.capture, tag) {
+        (None, 0) => Ok(()),
+        (None, _) => Err(Error::Capture(
+            "waiting on an event recorded inside a stream capture would fork the capture onto this stream",
+        )),
+        (Some(c), _) if c.thread != std::thread::current().id() => {
+            Err(Error::Capture("waiting on a stream that another thread is capturing"))
+        }
+        (Some(c), t) if t == c.id => Ok(()),
+        (Some(_), _) => {
+            Err(Error::Capture("a capturing stream can only wait on events recorded in its own capture"))
+        }
     }
-    rec
 }
 
-/// The outcome of [`note_uses`]: whether cross-stream joins should be made.
-pub(crate) enum Uses {
-    /// `on` is capturing: uses were recorded, no joins.
-    Captured,
-    /// Nothing is capturing that matters: join as usual.
-    Normal,
+/// The enqueue locks of several streams, taken in increasing [`Stream::id`] order (so two threads
+/// locking overlapping sets never deadlock), each stream once.
+pub(crate) struct Locked<'a> {
+    guards: Vec<(&'a Stream, MutexGuard<'a, StreamState>)>,
 }
 
-/// Records the allocations used by work about to be queued on `on`. Errors if an allocation's
-/// home stream is being captured while `on` is a different stream (joining would drag `on` into
-/// that capture).
-pub(crate) fn note_uses(on: &Stream, allocs: &[&Arc<Allocation>]) -> Result<Uses> {
-    if !any_active() {
-        return Ok(Uses::Normal);
-    }
-    let mut reg = lock();
-    if let Some(rec) = reg.get_mut(&key(on)) {
-        for a in allocs {
-            if a.ptr != 0 && rec.seen.insert(Arc::as_ptr(a) as usize) {
-                rec.keep.push(Arc::clone(a));
+impl<'a> Locked<'a> {
+    pub(crate) fn new(streams: impl IntoIterator<Item = &'a Stream>) -> Self {
+        let mut set: Vec<&'a Stream> = Vec::with_capacity(4);
+        for s in streams {
+            if !set.contains(&s) {
+                set.push(s);
             }
         }
-        return Ok(Uses::Captured);
+        set.sort_by_key(|s| s.id());
+        Locked { guards: set.into_iter().map(|s| (s, s.lock())).collect() }
     }
-    if allocs.iter().any(|a| a.stream != *on && reg.contains_key(&key(&a.stream))) {
-        return Err(Error::Capture(
-            "using a buffer from another stream while its home stream is being captured",
-        ));
+
+    /// The state of `s`, which must be one of the locked streams.
+    pub(crate) fn state(&mut self, s: &Stream) -> &mut StreamState {
+        let i = self.guards.iter().position(|(g, _)| *g == s).unwrap_or(0);
+        &mut self.guards[i].1
     }
-    Ok(Uses::Normal)
 }
 
-/// If `stream` is capturing, remembers `ptr` to free after the capture and returns `true`.
-pub(crate) fn defer_free_if_capturing(stream: &Stream, ptr: sys::CUdeviceptr) -> bool {
-    if !any_active() {
-        return false;
+/// Records `allocs` (and nothing else) into a capture's keep-alive set.
+pub(crate) fn keep_allocs(keep: &mut KeepAlive, allocs: &[&Arc<Allocation>]) {
+    for a in allocs {
+        keep.add_alloc(a);
     }
-    match lock().get_mut(&key(stream)) {
-        Some(rec) => {
-            rec.deferred.push(ptr);
+}
+
+/// If the stream with `state` is capturing, remembers `ptr` to free after the capture and returns
+/// `true`.
+pub(crate) fn defer_free(state: &mut StreamState, ptr: sys::CUdeviceptr) -> bool {
+    match &mut state.capture {
+        Some(c) => {
+            c.deferred.push(ptr);
             true
         }
         None => false,
     }
+}
+
+/// Ends a capture abandoned by the drop of its stream: the graph is discarded and the deferred
+/// frees are queued (or leaked if the driver is still capturing, which only happens when the last
+/// handle is dropped on another thread than the capturing one). Returns what the capture kept, to
+/// be dropped by the caller once no lock is held.
+pub(crate) fn abandon(raw: sys::CUstream, state: &mut StreamState) -> Option<Box<Capture>> {
+    let mut cap = state.capture.take()?;
+    ACTIVE.fetch_sub(1, Ordering::AcqRel);
+    let mut graph = std::ptr::null_mut();
+    // SAFETY: live stream handle (destroyed only after this); valid out-pointer.
+    let res = unsafe { sys::cuStreamEndCapture(raw, &mut graph) };
+    if !graph.is_null() {
+        // SAFETY: a graph handed back to us is ours to destroy; nothing else refers to it.
+        unsafe { sys::cuGraphDestroy(graph) };
+    }
+    if res == sys::CUresult::CUDA_SUCCESS || res == sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED {
+        for ptr in cap.deferred.drain(..) {
+            crate::memory::free_raw(raw, ptr);
+        }
+    } else {
+        crate::error::note_drop_error(
+            res,
+            "ending the capture of a dropped stream (its deferred frees leak)",
+        );
+        cap.deferred.clear();
+    }
+    Some(cap)
+}
+
+impl Stream {
+    /// Starts capturing the work queued on this stream into a graph instead of running it.
+    ///
+    /// Until [`Stream::end_capture`] (on this thread), only this thread may queue work on the
+    /// stream; allocations, blocking copies, host callbacks, synchronisation and cross-stream waits
+    /// on it are refused with [`Error::Capture`].
+    ///
+    /// # Errors
+    /// [`Error::Capture`] if the stream is already being captured; driver errors.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{CaptureMode, Device, Stream};
+    /// let s = Stream::new(&Device::new(0)?)?;
+    /// s.begin_capture(CaptureMode::ThreadLocal)?;
+    /// // ... queue kernels and copies between existing buffers on `s` ...
+    /// let graph = s.end_capture()?;
+    /// let exec = graph.instantiate(Default::default())?;
+    /// exec.launch(&s)?;
+    /// s.synchronize()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn begin_capture(&self, mode: CaptureMode) -> Result<()> {
+        self.device().bind()?;
+        let mut state = self.lock();
+        if state.capture.is_some() {
+            return Err(Error::Capture("beginning a capture on a stream that is already being captured"));
+        }
+        // Registered first (rule 6): no enqueue can slip between the driver's begin and ours.
+        state.capture = Some(Box::new(Capture {
+            id: next_capture_id(),
+            thread: std::thread::current().id(),
+            keep: KeepAlive::default(),
+            deferred: Vec::new(),
+        }));
+        ACTIVE.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: live stream; context bound.
+        let res = unsafe { sys::cuStreamBeginCapture_v2(self.raw(), mode.raw()) };
+        if res != sys::CUresult::CUDA_SUCCESS {
+            state.capture = None;
+            ACTIVE.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::driver(res, "beginning stream capture"));
+        }
+        Ok(())
+    }
+
+    /// Ends the capture and returns the captured graph, which keeps every allocation the recorded
+    /// work uses alive. If the capture was invalidated, the error says so
+    /// (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`) and the stream is back to normal.
+    ///
+    /// # Errors
+    /// [`Error::Capture`] if the stream is not being captured through this crate, or if called on
+    /// another thread than the one that began the capture (the capture then goes on); driver
+    /// errors.
+    pub fn end_capture(&self) -> Result<Graph> {
+        self.device().bind()?;
+        let mut state = self.lock();
+        match &state.capture {
+            None => return Err(Error::Capture("ending a capture on a stream that is not being captured")),
+            Some(c) if c.thread != std::thread::current().id() => {
+                return Err(Error::Capture("ending a capture from another thread than the one that began it"))
+            }
+            Some(_) => {}
+        }
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: live stream; valid out-pointer.
+        let res = unsafe { sys::cuStreamEndCapture(self.raw(), &mut raw) };
+        if res != sys::CUresult::CUDA_SUCCESS && still_capturing(self) {
+            // The driver did not end it (rule 6): keep the state; the capture goes on.
+            return Err(Error::driver(res, "ending stream capture"));
+        }
+        let Some(mut cap) = state.capture.take() else {
+            return Err(Error::Capture("ending a capture on a stream that is not being captured"));
+        };
+        ACTIVE.fetch_sub(1, Ordering::AcqRel);
+        for ptr in cap.deferred.drain(..) {
+            crate::memory::free_raw(self.raw(), ptr);
+        }
+        drop(state);
+        if res != sys::CUresult::CUDA_SUCCESS {
+            if !raw.is_null() {
+                // SAFETY: a graph handed back despite the error is ours to destroy.
+                unsafe { sys::cuGraphDestroy(raw) };
+            }
+            // `cap` (and the allocations it kept) is dropped here, with no lock held.
+            return Err(Error::driver(res, "ending stream capture"));
+        }
+        Ok(Graph::from_capture(raw, *self.device(), cap.keep))
+    }
+
+    /// The kernel node most recently captured on this stream, if the capture's current frontier is
+    /// exactly one kernel node (e.g. right after a single kernel launch). Used to build parameter
+    /// update handles.
+    ///
+    /// # Errors
+    /// [`Error::Capture`] if another thread is capturing the stream; driver errors.
+    pub fn last_captured_kernel_node(&self) -> Result<Option<KernelNode>> {
+        self.device().bind()?;
+        let mut state = self.lock();
+        if let Mode::Eager = state.mode()? {
+            return Ok(None);
+        }
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let (mut deps, mut n): (*const sys::CUgraphNode, usize) = (std::ptr::null(), 0);
+        // SAFETY: live stream; valid out-pointers; unneeded outputs are null.
+        check(
+            unsafe {
+                sys::cuStreamGetCaptureInfo_v3(
+                    self.raw(),
+                    &mut status,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    &mut deps,
+                    std::ptr::null_mut(),
+                    &mut n,
+                )
+            },
+            "reading capture info",
+        )?;
+        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || n != 1 || deps.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: the driver returned an array of `n == 1` nodes, valid until the next call on
+        // this stream, which cannot happen while we hold its enqueue lock.
+        let node = unsafe { *deps };
+        let mut ty = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+        // SAFETY: a live node of the capture graph.
+        check(unsafe { sys::cuGraphNodeGetType(node, &mut ty) }, "reading a node type")?;
+        Ok((ty == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL).then_some(KernelNode(node)))
+    }
+
+    /// Whether a capture started through this crate ([`Stream::begin_capture`]) is recording this
+    /// stream (on any thread).
+    pub fn is_being_captured(&self) -> bool {
+        self.lock().capture.is_some()
+    }
+
+    /// The capture status of this stream, as the driver reports it.
+    ///
+    /// # Errors
+    /// Driver errors.
+    pub fn capture_status(&self) -> Result<CaptureStatus> {
+        self.device().bind()?;
+        let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: live stream; valid out-pointer.
+        check(unsafe { sys::cuStreamIsCapturing(self.raw(), &mut st) }, "querying capture status")?;
+        use sys::CUstreamCaptureStatus::*;
+        Ok(match st {
+            CU_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
+            CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
+            CU_STREAM_CAPTURE_STATUS_INVALIDATED => CaptureStatus::Invalidated,
+        })
+    }
+}
+
+/// Whether the driver still reports `s` as capturing (active or invalidated).
+fn still_capturing(s: &Stream) -> bool {
+    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: live stream; valid out-pointer.
+    let res = unsafe { sys::cuStreamIsCapturing(s.raw(), &mut st) };
+    res == sys::CUresult::CUDA_SUCCESS && st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
 }

@@ -155,6 +155,7 @@ impl Device {
     /// Waits until all work on every stream of this device has finished.
     pub fn synchronize(&self) -> Result<()> {
         if crate::capture::any_active() {
+            // A device-wide synchronisation would wait on (and invalidate) the open capture.
             return Err(Error::Capture("synchronizing the device while a stream capture is active"));
         }
         self.bind()?;

@@ -71,6 +71,20 @@ pub fn driver_version() -> Result<(u32, u32)> {
 /// driver of the R580 branch or newer.
 pub const MIN_DRIVER_CUDA_VERSION: (u32, u32) = (13, 0);
 
+/// Sets the calling thread's stream-capture interaction mode to *relaxed*
+/// (`cuThreadExchangeStreamCaptureMode`), so that other threads' [`crate::CaptureMode::Global`]
+/// captures do not make this thread's event queries and waits fail. For library-owned threads
+/// that only query and wait on events that no capture records into (completion and reaper
+/// threads). Errors are ignored: the mode is an optimisation of availability, not of safety.
+pub fn relax_thread_capture_mode() {
+    if init().is_err() {
+        return;
+    }
+    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: valid in/out pointer; the call only changes this thread's capture interaction mode.
+    unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+}
+
 /// Whether a usable GPU is present: the driver loads, initialises, and reports at least one
 /// device. Returns the device count or the reason there is none.
 pub fn gpu_available() -> Result<usize> {

@@ -148,6 +148,25 @@ unsafe fn static_cstr(p: *const std::ffi::c_char) -> Option<&'static str> {
     unsafe { CStr::from_ptr(p) }.to_str().ok()
 }
 
+static DROP_ERRORS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static LAST_DROP_ERROR: std::sync::Mutex<Option<(u32, &'static str)>> = std::sync::Mutex::new(None);
+
+/// How many driver errors were discarded by `Drop` implementations (which cannot return them:
+/// destroying a stream or event, freeing memory, ...), with the last one's `CUresult` code and what
+/// was being done. Zero in a healthy process; a growing count points at a broken context.
+pub fn drop_errors() -> (u64, Option<(u32, &'static str)>) {
+    let last = *LAST_DROP_ERROR.lock().unwrap_or_else(|e| e.into_inner());
+    (DROP_ERRORS.load(std::sync::atomic::Ordering::Relaxed), last)
+}
+
+/// Records a driver error that a drop path cannot return (see [`drop_errors`]).
+pub(crate) fn note_drop_error(code: sys::CUresult, during: &'static str) {
+    if code != sys::CUresult::CUDA_SUCCESS {
+        DROP_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *LAST_DROP_ERROR.lock().unwrap_or_else(|e| e.into_inner()) = Some((code as u32, during));
+    }
+}
+
 /// Turns a `CUresult` into `Ok(())` or an [`Error::Driver`] naming `during`.
 #[inline]
 pub(crate) fn check(code: sys::CUresult, during: &'static str) -> Result<()> {

@@ -4,13 +4,23 @@ use crate::device::Device;
 use crate::error::{check, Error, Result};
 use crate::stream::Stream;
 use cudarc::driver::sys;
+use std::sync::{Mutex, MutexGuard};
 
 /// A CUDA event, with or without timing. Dropping it never blocks: the driver releases an event
 /// that is still pending once it completes.
+///
+/// An event remembers whether its last record was made inside a stream capture (its *tag*). Such
+/// an event has no completion of its own: waiting on it from another stream would fork the capture
+/// (refused by [`Stream::wait_event`]), and [`Event::query`], [`Event::synchronize`] and
+/// [`Event::elapsed_ms`] refuse it with [`Error::Capture`] until it is recorded again outside a
+/// capture.
 pub struct Event {
     device: Device,
     raw: sys::CUevent,
     timing: bool,
+    /// The capture id of the last record (0: recorded eagerly or never). Held across a record or a
+    /// wait, so that a record and a wait on another thread cannot interleave with the check.
+    tag: Mutex<u64>,
 }
 
 // SAFETY: CUevent handles may be used from any thread; the driver synchronises access.
@@ -76,7 +86,7 @@ impl Event {
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer; context bound.
         check(unsafe { sys::cuEventCreate(&mut raw, flags) }, "creating an event")?;
-        Ok(Event { device: *device, raw, timing })
+        Ok(Event { device: *device, raw, timing, tag: Mutex::new(0) })
     }
 
     /// An untimed event from `device`'s pool (created if the pool is empty). Cheaper than
@@ -84,7 +94,7 @@ impl Event {
     pub fn pooled(device: &Device) -> Result<PooledEvent> {
         let reused = device.inner().event_pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let event = match reused {
-            Some(raw) => Event { device: *device, raw, timing: false },
+            Some(raw) => Event { device: *device, raw, timing: false, tag: Mutex::new(0) },
             None => Event::new(device, false)?,
         };
         Ok(PooledEvent { event: std::mem::ManuallyDrop::new(event) })
@@ -101,7 +111,26 @@ impl Event {
     }
 
     /// Captures the work queued on `stream` so far: the event completes when that work has.
+    ///
+    /// Recorded on a stream that is being captured (by this thread), the event marks a point in the
+    /// capture instead and is tagged with it (see the type docs).
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] for a stream of another device; [`Error::Capture`] if another
+    /// thread is capturing `stream`; driver errors.
     pub fn record(&self, stream: &Stream) -> Result<()> {
+        self.check_device(stream)?;
+        self.device.bind()?;
+        let mut state = stream.lock();
+        state.mode()?; // refuses another thread's capture
+        let id = state.capture_id().unwrap_or(0);
+        let mut tag = self.lock_tag();
+        self.record_unchecked(stream)?;
+        *tag = id;
+        Ok(())
+    }
+
+    fn check_device(&self, stream: &Stream) -> Result<()> {
         if stream.device() != &self.device {
             return Err(Error::DeviceMismatch {
                 during: "recording an event",
@@ -109,13 +138,34 @@ impl Event {
                 actual: stream.device().ordinal(),
             });
         }
-        self.device.bind()?;
-        // SAFETY: live event and stream of the same context.
+        Ok(())
+    }
+
+    /// `cuEventRecord` with no checks: for the crate's private events, with the stream's lock held
+    /// by the caller, who has checked its capture state.
+    pub(crate) fn record_unchecked(&self, stream: &Stream) -> Result<()> {
+        // SAFETY: live event and stream of the same context (checked or constructed so).
         check(unsafe { sys::cuEventRecord(self.raw, stream.raw()) }, "recording an event")
     }
 
+    pub(crate) fn lock_tag(&self) -> MutexGuard<'_, u64> {
+        self.tag.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn refuse_if_tagged(&self, what: &'static str) -> Result<()> {
+        if *self.lock_tag() != 0 {
+            return Err(Error::Capture(what));
+        }
+        Ok(())
+    }
+
     /// Non-blocking: `true` once the recorded work has completed (or if never recorded).
+    ///
+    /// # Errors
+    /// [`Error::Capture`] if the last record was made inside a capture; driver errors (e.g. the
+    /// recorded work faulted).
     pub fn query(&self) -> Result<bool> {
+        self.refuse_if_tagged("querying an event recorded inside a stream capture")?;
         self.device.bind()?;
         // SAFETY: live event.
         match unsafe { sys::cuEventQuery(self.raw) } {
@@ -126,7 +176,16 @@ impl Event {
     }
 
     /// Blocks until the recorded work has completed.
+    ///
+    /// # Errors
+    /// [`Error::Capture`] if the last record was made inside a capture; driver errors.
     pub fn synchronize(&self) -> Result<()> {
+        self.refuse_if_tagged("waiting for an event recorded inside a stream capture")?;
+        self.sync_unchecked()
+    }
+
+    /// `cuEventSynchronize` without the tag check (for the crate's private events).
+    pub(crate) fn sync_unchecked(&self) -> Result<()> {
         self.device.bind()?;
         // SAFETY: live event.
         check(unsafe { sys::cuEventSynchronize(self.raw) }, "synchronizing an event")
@@ -139,6 +198,8 @@ impl Event {
                 "elapsed time needs two events created with timing enabled".into(),
             ));
         }
+        start.refuse_if_tagged("timing an event recorded inside a stream capture")?;
+        end.refuse_if_tagged("timing an event recorded inside a stream capture")?;
         start.device.bind()?;
         let mut ms = 0.0f32;
         // SAFETY: live events; valid out-pointer.

@@ -21,14 +21,16 @@ pub mod driver;
 pub mod error;
 pub mod event;
 pub mod graph;
+mod keep;
 pub mod memory;
 pub mod module;
 pub mod nvrtc;
+mod reaper;
 pub mod stream;
 
 pub use device::{Device, DeviceAttribute};
 pub use driver::{device_count, driver_version, gpu_available, MIN_DRIVER_CUDA_VERSION};
-pub use error::{Error, Result};
+pub use error::{drop_errors, Error, Result};
 pub use event::{Event, PooledEvent};
 pub use graph::{
     CaptureMode, CaptureStatus, Conditional, ConditionalKind, ExecUpdate, Graph, GraphBody, GraphExec,

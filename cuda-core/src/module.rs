@@ -1,6 +1,5 @@
 //! Loaded code: modules, kernel functions, launch configuration and typed kernel arguments.
 
-use crate::capture;
 use crate::device::Device;
 use crate::error::{check, Error, Result};
 use crate::memory::{ordered_on, Allocation, DeviceBuffer, DeviceRepr};
@@ -307,10 +306,16 @@ impl Function {
                         .unwrap_or(0),
                 });
             }
-            if !capture::any_active() && homes.iter().all(|h| h.is_none_or(|h| h.home_stream() == stream)) {
-                // Every buffer is homed on `stream`: one lock, no joins.
-                let _use = stream.lock_uses();
-                enqueue()
+            if homes.iter().all(|h| h.is_none_or(|h| h.home_stream() == stream)) {
+                // Every buffer is homed on `stream`: one lock, no joins (recorded if capturing).
+                let mut state = stream.lock();
+                match state.mode()? {
+                    crate::capture::Mode::Eager => enqueue(),
+                    crate::capture::Mode::Captured(keep) => {
+                        homes.iter().flatten().for_each(|a| keep.add_alloc(a));
+                        enqueue()
+                    }
+                }
             } else {
                 let uses: Vec<&Arc<Allocation>> = homes.iter().flatten().copied().collect();
                 ordered_on(stream, &uses, enqueue)

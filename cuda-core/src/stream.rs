@@ -4,7 +4,13 @@
 //! the driver releases the stream after the work already queued on it has finished. Dropping a
 //! stream therefore never blocks and never cancels queued work. Buffers keep their allocation
 //! stream alive (they hold a handle), so stream-ordered frees always have a live stream.
+//!
+//! **The enqueue lock.** Every stream has one mutex, held by every operation of this crate that
+//! queues work on the stream, waits on it, or changes its capture state (see [`crate::capture`]).
+//! The check "is this stream being captured, and by whom" and the enqueue that depends on it are
+//! therefore one atomic step: no other thread can begin or end a capture in between.
 
+use crate::capture::StreamState;
 use crate::device::Device;
 use crate::error::{check, Error, Result};
 use crate::event::Event;
@@ -15,9 +21,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 struct StreamInner {
     device: Device,
     raw: sys::CUstream,
-    /// Held while work that uses buffers homed on this stream is being queued (see
-    /// `memory::order`): it makes each such use one atomic step in this stream's order.
-    uses: Mutex<()>,
+    /// The enqueue lock and the capture state it guards (see the module docs).
+    state: Mutex<StreamState>,
 }
 
 // SAFETY: a CUstream may be used from any thread; the driver serialises enqueues internally.
@@ -27,11 +32,18 @@ unsafe impl Sync for StreamInner {}
 
 impl Drop for StreamInner {
     fn drop(&mut self) {
-        if self.device.bind().is_ok() {
-            // SAFETY: we own the handle and nothing uses it after the last Arc is gone. The driver
-            // defers the release until queued work is complete. An error cannot be reported here.
-            unsafe { sys::cuStreamDestroy_v2(self.raw) };
+        if self.device.bind().is_err() {
+            return;
         }
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        // A capture still open on the last handle is abandoned: end it (discarding the graph), and
+        // queue the frees it deferred. What it kept alive is released after this (no lock held).
+        let abandoned = crate::capture::abandon(self.raw, state);
+        // SAFETY: we own the handle and nothing uses it after the last Arc is gone. The driver
+        // defers the release until queued work is complete. An error cannot be reported here.
+        let res = unsafe { sys::cuStreamDestroy_v2(self.raw) };
+        crate::error::note_drop_error(res, "destroying a stream");
+        drop(abandoned);
     }
 }
 
@@ -98,7 +110,9 @@ impl Stream {
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
         // SAFETY: valid out-pointer; context bound.
         check(unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags, priority) }, "creating a stream")?;
-        Ok(Stream { inner: Arc::new(StreamInner { device: *device, raw, uses: Mutex::new(()) }) })
+        Ok(Stream {
+            inner: Arc::new(StreamInner { device: *device, raw, state: Mutex::new(StreamState::default()) }),
+        })
     }
 
     /// The device this stream belongs to.
@@ -107,9 +121,11 @@ impl Stream {
         &self.inner.device
     }
 
-    /// Locks this stream as a *home* stream while a use of its buffers is queued.
-    pub(crate) fn lock_uses(&self) -> MutexGuard<'_, ()> {
-        self.inner.uses.lock().unwrap_or_else(|e| e.into_inner())
+    /// Takes this stream's enqueue lock (see the module docs). Never held while blocking on the
+    /// GPU, while dropping an allocation, or while taking the lock of a stream with a lower
+    /// [`Stream::id`] (locks of several streams are taken in increasing id order).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, StreamState> {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A stable identity for lock ordering.
@@ -125,15 +141,30 @@ impl Stream {
 
     /// Blocks the calling thread until all work queued on this stream has finished, and reports
     /// any asynchronous error of that work.
+    ///
+    /// # Errors
+    /// [`Error::Capture`] if the stream is being captured (nothing would ever complete); a driver
+    /// error of the work (e.g. a kernel fault).
     pub fn synchronize(&self) -> Result<()> {
-        crate::capture::refuse_if_capturing(self, "synchronizing a stream that is being captured")?;
+        // Checked under the lock, waited for outside it (other threads may keep queueing work).
+        crate::capture::refuse_if_capturing(&self.lock(), "synchronizing a stream that is being captured")?;
+        self.sync_unchecked()
+    }
+
+    /// `cuStreamSynchronize` without the capture check (callers have made it).
+    pub(crate) fn sync_unchecked(&self) -> Result<()> {
         self.inner.device.bind()?;
         // SAFETY: live stream handle; context bound.
         check(unsafe { sys::cuStreamSynchronize(self.raw()) }, "synchronizing a stream")
     }
 
     /// Non-blocking: `true` if all queued work has finished, `false` if some is still running.
+    ///
+    /// # Errors
+    /// [`Error::Capture`] while the stream is being captured (a query would invalidate the
+    /// capture); a driver error of the work.
     pub fn query(&self) -> Result<bool> {
+        crate::capture::refuse_if_capturing(&self.lock(), "querying a stream that is being captured")?;
         self.inner.device.bind()?;
         // SAFETY: live stream handle; context bound.
         match unsafe { sys::cuStreamQuery(self.raw()) } {
@@ -145,7 +176,36 @@ impl Stream {
 
     /// Makes all work queued on this stream after this call wait until `event` has completed.
     /// Does not block the host.
+    ///
+    /// # Errors
+    /// [`Error::Capture`] when the wait would join two worlds that must stay apart: `event` was
+    /// last recorded inside a stream capture and this stream is not that capture's stream (the wait
+    /// would fork the capture onto this stream, behind the keep-alive bookkeeping), or this stream
+    /// is being captured and `event` was not recorded in its capture. Also when another thread is
+    /// capturing this stream.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{CaptureMode, Device, Error, Event, Stream};
+    /// let dev = Device::new(0)?;
+    /// let (capturing, other) = (Stream::new(&dev)?, Stream::new(&dev)?);
+    /// capturing.begin_capture(CaptureMode::ThreadLocal)?;
+    /// let ev = Event::new(&dev, false)?;
+    /// ev.record(&capturing)?;
+    /// // Forking the capture onto `other` is refused:
+    /// assert!(matches!(other.wait_event(&ev), Err(Error::Capture(_))));
+    /// capturing.end_capture()?;
+    /// # Ok(()) }
+    /// ```
     pub fn wait_event(&self, event: &Event) -> Result<()> {
+        let state = self.lock();
+        let tag = event.lock_tag();
+        crate::capture::check_wait(&state, *tag)?;
+        self.wait_unchecked(event)
+    }
+
+    /// `cuStreamWaitEvent` without checks; the caller holds the locks and made them.
+    pub(crate) fn wait_unchecked(&self, event: &Event) -> Result<()> {
         self.inner.device.bind()?;
         // SAFETY: live stream and event handles; context bound.
         check(
@@ -156,13 +216,22 @@ impl Stream {
 
     /// Orders all work queued on `self` after this call behind all work queued on `other` so far.
     /// A no-op when both are the same stream.
+    ///
+    /// # Errors
+    /// [`Error::Capture`] if either stream is being captured (a cross-stream dependency would fork
+    /// or break the capture); driver errors.
     pub fn wait_stream(&self, other: &Stream) -> Result<()> {
         if self == other {
             return Ok(());
         }
-        let ev = Event::pooled(other.device())?;
-        ev.record(other)?;
-        self.wait_event(&ev)
+        let mut locked = crate::capture::Locked::new([self, other]);
+        for s in [self, other] {
+            crate::capture::refuse_if_capturing(
+                locked.state(s),
+                "a cross-stream wait involving a stream that is being captured",
+            )?;
+        }
+        crate::memory::join_unchecked(self, other)
     }
 
     /// Queues `f` to run on a driver thread once all earlier work on this stream has finished.
@@ -179,13 +248,16 @@ impl Stream {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
         }
         // Captured, the callback would be replayed after its box was consumed by the first run.
-        crate::capture::refuse_if_capturing(self, "a host function on a stream being captured")?;
+        let state = self.lock();
+        crate::capture::refuse_if_capturing(&state, "a host function on a stream being captured")?;
         self.inner.device.bind()?;
         let data = Box::into_raw(Box::new(f)) as *mut c_void;
         // SAFETY: live stream; the trampoline matches CUhostFn and owns `data` once it runs.
         let res = unsafe { sys::cuLaunchHostFunc(self.raw(), Some(trampoline::<F>), data) };
+        drop(state);
         if res != sys::CUresult::CUDA_SUCCESS {
-            // SAFETY: the driver refused the callback, so it will never run: reclaim the box.
+            // SAFETY: the driver refused the callback, so it will never run: reclaim the box
+            // (dropped with no lock held: it may own buffers whose drop queues a free).
             drop(unsafe { Box::from_raw(data as *mut F) });
             return Err(Error::driver(res, "queueing a host function"));
         }
@@ -211,14 +283,17 @@ impl Stream {
             // A panic must not unwind into the driver's C frame.
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(status)));
         }
-        crate::capture::refuse_if_capturing(self, "a stream callback on a stream being captured")?;
+        let state = self.lock();
+        crate::capture::refuse_if_capturing(&state, "a stream callback on a stream being captured")?;
         self.inner.device.bind()?;
         let data = Box::into_raw(Box::new(f)) as *mut c_void;
         // SAFETY: live stream; the trampoline matches CUstreamCallback and owns `data` once it
         // runs; flags must be 0.
         let res = unsafe { sys::cuStreamAddCallback(self.raw(), Some(trampoline::<F>), data, 0) };
+        drop(state);
         if res != sys::CUresult::CUDA_SUCCESS {
-            // SAFETY: the driver refused the callback, so it will never run: reclaim the box.
+            // SAFETY: the driver refused the callback, so it will never run: reclaim the box
+            // (dropped with no lock held: it may own buffers whose drop queues a free).
             drop(unsafe { Box::from_raw(data as *mut F) });
             return Err(Error::driver(res, "queueing a stream callback"));
         }

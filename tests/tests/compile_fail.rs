@@ -24,6 +24,7 @@ fn compile_fail() {
         "graph_scope_not_send",
         "graph_output_borrow",
         "graph_set_param_wrong_type",
+        "graph_add_host_requires_unsafe",
     ] {
         t.compile_fail(format!("ui/{case}.rs"));
     }

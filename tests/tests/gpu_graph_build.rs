@@ -44,12 +44,15 @@ fn every_node_kind() -> TestResult {
         let memset = b.add_memset(&mut flags, 7u32, &[])?;
         let join = b.add_empty(&[scale, memset])?;
         let h = hits.clone();
-        let host = b.add_host(
-            move || {
-                h.fetch_add(1, SeqCst);
-            },
-            &[join],
-        )?;
+        // SAFETY: the closure only increments an atomic: no CUDA call, returns at once.
+        let host = unsafe {
+            b.add_host(
+                move || {
+                    h.fetch_add(1, SeqCst);
+                },
+                &[join],
+            )?
+        };
         let rec = b.add_event_record(&ev, &[host])?;
         let wait = b.add_event_wait(&ev, &[rec])?;
         // Graph-owned memory: alloc, fill with iota by a raw kernel, copy out into z, free.

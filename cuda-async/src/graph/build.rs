@@ -1,23 +1,9 @@
 //! Explicitly built graphs with typed ops as nodes, and graph memory pools.
 
 use super::{record, CaptureOptions, CudaGraph, NEXT_ID};
-use crate::{ExecutionContext, GraphNode, Result};
+use crate::{GraphNode, Result};
 use cuda_core::{Device, Graph, GraphBody, Node, PoolStats, Stream};
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, OnceLock};
-
-/// The stream each device uses to capture single ops for explicit graphs (never used for work).
-fn op_capture_stream(device: &Device) -> Result<Stream> {
-    static S: OnceLock<Mutex<HashMap<usize, Stream>>> = OnceLock::new();
-    let mut map = S.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(s) = map.get(&device.ordinal()) {
-        return Ok(s.clone());
-    }
-    let s = Stream::new(device)?;
-    map.insert(device.ordinal(), s.clone());
-    Ok(s)
-}
 
 /// Typed ops as nodes of explicitly built graphs.
 pub trait GraphBodyExt {
@@ -47,7 +33,9 @@ impl GraphBodyExt for GraphBody<'_> {
         deps: &[Node],
         f: impl FnOnce(&mut super::Scope<'_>) -> Result<T>,
     ) -> Result<(T, Node)> {
-        let stream = op_capture_stream(self.device())?;
+        // A private stream per recording: no other thread can queue work on it, and two threads
+        // recording at once never share a capture.
+        let stream = Stream::new(self.device())?;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let (graph, out) = record(&stream, &CaptureOptions::default(), id, f)?;
         let node = self.add_captured(&graph, deps)?;
@@ -77,9 +65,13 @@ impl<T> CudaGraph<T> {
     }
 
     /// Joins this graph to `pool`: every later replay is ordered after every earlier replay of
-    /// every graph of the pool (whatever streams they run on), so the pool's graphs never run
-    /// concurrently and may share graph-owned memory.
+    /// every graph of the pool (whatever streams and threads they run on), so the pool's graphs
+    /// never run concurrently and may share graph-owned memory. The ordering is atomic: each
+    /// replay's wait on the pool, launch and join back are queued under the pool stream's enqueue
+    /// lock (`cuda-core`'s serial streams), so two threads' replays cannot both wait on the same
+    /// earlier state.
     pub fn join_pool(&mut self, pool: &GraphPool) {
+        self.exec.serialize_through(&pool.stream);
         self.pool = Some(pool.stream.clone());
     }
 }
@@ -113,17 +105,4 @@ impl GraphPool {
     pub fn trim(&self) -> Result<()> {
         Ok(self.stream.device().graph_mem_trim()?)
     }
-}
-
-/// Orders a replay on `ctx`'s stream after the pool's previous replays, and the pool after it.
-pub(crate) fn pool_ordered(
-    pool: Option<&Stream>,
-    ctx: &ExecutionContext<'_>,
-    launch: impl FnOnce() -> Result<()>,
-) -> Result<()> {
-    let Some(p) = pool else { return launch() };
-    ctx.stream().wait_stream(p)?;
-    let r = launch();
-    p.wait_stream(ctx.stream())?;
-    r
 }

@@ -14,9 +14,7 @@ pub struct Launch<'g, T> {
 impl<T: Sync> DeviceOp for Launch<'_, T> {
     type Output = ();
     fn execute(self, ctx: &ExecutionContext<'_>) -> Result<()> {
-        super::build::pool_ordered(self.graph.pool.as_ref(), ctx, || {
-            Ok(self.graph.exec.launch(ctx.stream())?)
-        })?;
+        self.graph.exec.launch(ctx.stream())?;
         self.graph.replays.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

@@ -83,14 +83,16 @@ impl Drop for EndOnUnwind<'_> {
     }
 }
 
-/// Records `f` into a graph on `stream` under the exclusive execution lock.
+/// Records `f` into a graph on `stream`, with this thread's execution lock held (no nested
+/// execution inside `f`). Other threads are not blocked: `cuda-core` refuses their work on `stream`
+/// (and on buffers homed on it) while the capture is open.
 pub(crate) fn record<R>(
     stream: &Stream,
     options: &CaptureOptions,
     id: u64,
     f: impl FnOnce(&mut Scope<'_>) -> Result<R>,
 ) -> Result<(Graph, R)> {
-    let _guard = lock::acquire_exclusive("a graph capture started inside another op's execution")?;
+    let _guard = lock::acquire("a graph capture started inside another op's execution")?;
     stream.begin_capture(options.mode)?;
     let mut end = EndOnUnwind { stream, armed: true };
     let out = f(&mut Scope { stream, graph_id: id, _not_send: PhantomData });
@@ -119,6 +121,15 @@ impl<T> CudaGraph<T> {
             id,
             pool: None,
         })
+    }
+
+    /// Instantiates and uploads `graph` with this graph's options, serialised through its pool.
+    fn instantiate(&self, graph: &Graph) -> Result<GraphExec> {
+        let mut exec = graph.instantiate_and_upload(self.options.flags, &self.stream)?;
+        if let Some(p) = &self.pool {
+            exec.serialize_through(p);
+        }
+        Ok(exec)
     }
 
     /// Captures `op` on `stream` with default [`CaptureOptions`]: records it (nothing runs),
@@ -156,10 +167,34 @@ impl<T> CudaGraph<T> {
     /// Captures everything `f` records into one graph on `stream` (modelled on
     /// `std::thread::scope`). `f` gets a [`Scope`]; its return value becomes the graph's output.
     ///
-    /// While `f` runs, this thread holds the process-wide execution lock exclusively: other
-    /// threads' op executions wait, and nested `sync`/`sync_on`/`.await`/captures inside `f` are
-    /// errors. If `f` returns an error or panics, the capture is ended and discarded, and the stream
-    /// and context stay usable.
+    /// While `f` runs, nested `sync`/`sync_on`/`.await`/captures on this thread are errors
+    /// ([`DeviceError::Lock`]); other threads keep running their own work, but their work on
+    /// `stream`, or on buffers homed on it, is refused with a capture error until the scope ends
+    /// (never a wait, so a scope that waits for another thread cannot deadlock). Waits that would
+    /// fork the capture onto another stream are refused too. If `f` returns an error or panics, the
+    /// capture is ended and discarded, and the stream and context stay usable.
+    ///
+    /// # Errors
+    /// The error `f` returns; capture errors (e.g. `stream` is already being captured); driver
+    /// errors from ending, instantiating or uploading the graph.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_async::Result<()> {
+    /// use cuda_async::{memory, CudaGraph, DeviceOpExt};
+    /// use cuda_core::{Device, DeviceBuffer, Stream};
+    /// let dev = Device::new(0)?;
+    /// let s = Stream::new(&dev)?;
+    /// let input = DeviceBuffer::from_host(&s, &[1.0f32; 1024])?;
+    /// let (mid, out) = (DeviceBuffer::<f32>::zeros(&s, 1024)?, DeviceBuffer::<f32>::zeros(&s, 1024)?);
+    /// let mut graph = CudaGraph::scope(&s, |scope| {
+    ///     let mid = scope.record(memory::copy(&input, mid))?;
+    ///     scope.record(memory::copy(&mid, out)).map(|out| (mid, out))
+    /// })?;
+    /// graph.launch().sync_on(&s)?; // input -> mid -> out, as one replay
+    /// let (_mid, out) = graph.take_output().unwrap();
+    /// assert_eq!(out.to_vec()?, vec![1.0; 1024]);
+    /// # Ok(()) }
+    /// ```
     pub fn scope(stream: &Stream, f: impl FnOnce(&mut Scope<'_>) -> Result<T>) -> Result<Self> {
         Self::scope_with(stream, CaptureOptions::default(), f)
     }
@@ -260,7 +295,7 @@ impl<T> CudaGraph<T> {
                 RecapturePath::Updated
             }
             ExecUpdate::Refused { reason, node_type } => {
-                self.exec = graph.instantiate_and_upload(self.options.flags, &self.stream)?;
+                self.exec = self.instantiate(&graph)?;
                 self.id = id;
                 let at = node_type.map(|t| format!(" at a {t} node")).unwrap_or_default();
                 RecapturePath::Reinstantiated { reason: format!("{reason}{at}") }
@@ -276,7 +311,7 @@ impl<T> CudaGraph<T> {
     pub fn reset_and_recapture<O: GraphNode<Output = T>>(&mut self, op: O) -> Result<()> {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let (graph, output) = record(&self.stream, &self.options, id, |s| s.record(op))?;
-        self.exec = graph.instantiate_and_upload(self.options.flags, &self.stream)?;
+        self.exec = self.instantiate(&graph)?;
         self.graph = graph;
         self.output = Some(output);
         self.id = id;

@@ -7,10 +7,11 @@
 //! body) they belong to: a dependency on a node of another graph is an error, not a dangling
 //! handle.
 
-use super::{Graph, Keep};
+use super::Graph;
 use crate::device::Device;
 use crate::error::{check, Error, Result};
 use crate::event::Event;
+use crate::keep::KeepAlive;
 use crate::memory::{DeviceBuffer, DeviceRepr};
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use cudarc::driver::sys;
@@ -96,7 +97,7 @@ pub struct GraphBody<'g> {
     pub(crate) raw: sys::CUgraph,
     pub(crate) owner: (u64, u64),
     pub(crate) device: Device,
-    pub(crate) keep: &'g mut Keep,
+    pub(crate) keep: &'g mut KeepAlive,
     pub(crate) bodies: &'g mut u64,
 }
 
@@ -271,12 +272,34 @@ impl<'g> GraphBody<'g> {
     }
 
     /// Runs `f` on a driver thread each time the node is reached in a replay. `f` is owned by the
-    /// graph (and its executables) and lives as long as any of them, so it never dangles. It must
-    /// not call CUDA; a panic inside it is caught (and lost).
-    pub fn add_host<F: Fn() + Send + Sync + 'static>(&mut self, f: F, deps: &[Node]) -> Result<Node> {
+    /// graph and its executables, and released only after the last replay that can call it has
+    /// completed (see [`crate::GraphExec`]), so it never dangles. A panic inside it is caught (and
+    /// lost).
+    ///
+    /// # Safety
+    /// `f` runs inside a CUDA driver callback: it must not call any CUDA API function (directly,
+    /// or by dropping or using values of this crate that do, e.g. buffers, streams, events), and it
+    /// must return promptly, since the graph's later nodes wait for it. The driver forbids CUDA
+    /// calls there: it may deadlock or fail.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// let dev = cuda_core::Device::new(0)?;
+    /// let mut graph = cuda_core::Graph::new(&dev)?;
+    /// let hits = Arc::new(AtomicUsize::new(0));
+    /// let h = hits.clone();
+    /// // SAFETY: the closure only touches an atomic: no CUDA call, returns at once.
+    /// unsafe { graph.builder().add_host(move || { h.fetch_add(1, Ordering::Relaxed); }, &[])? };
+    /// # Ok(()) }
+    /// ```
+    pub unsafe fn add_host<F: Fn() + Send + Sync + 'static>(&mut self, f: F, deps: &[Node]) -> Result<Node> {
+        /// # Safety
+        /// `data` must point to an `F` that is alive for the duration of the call (the graph's
+        /// keep-alive set owns it for as long as any replay can reach the node).
         unsafe extern "C" fn trampoline<F: Fn() + Send + Sync + 'static>(data: *mut c_void) {
-            // SAFETY: `data` points to the `F` inside an `Arc` kept by the graph and its
-            // executables, alive for as long as the node can run.
+            // SAFETY: per this function's contract, `data` points to a live `F`.
             let f = unsafe { &*(data as *const F) };
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
         }
@@ -285,9 +308,9 @@ impl<'g> GraphBody<'g> {
             fn_: Some(trampoline::<F>),
             userData: Arc::as_ptr(&f) as *mut c_void,
         };
-        self.keep.extras.push(f);
+        self.keep.add_extra(f);
         let g = self.raw;
-        // SAFETY: live graph; the callback and its data outlive the node (kept above).
+        // SAFETY: live graph; the callback and its data outlive every replay (kept above).
         self.add(deps, "adding a host node", |out, d, n| unsafe { sys::cuGraphAddHostNode(out, g, d, n, &p) })
     }
 
@@ -333,7 +356,7 @@ impl<'g> GraphBody<'g> {
 
     /// Records `event` when the node is reached (the event is kept alive by the graph).
     pub fn add_event_record(&mut self, event: &Arc<Event>, deps: &[Node]) -> Result<Node> {
-        self.keep.extras.push(event.clone());
+        self.keep.add_extra(event.clone());
         let (g, e) = (self.raw, event.raw());
         // SAFETY: live graph and event (kept above).
         self.add(deps, "adding an event record node", |out, d, n| unsafe {
@@ -343,7 +366,7 @@ impl<'g> GraphBody<'g> {
 
     /// Waits for `event` before the node's dependents run (the event is kept alive by the graph).
     pub fn add_event_wait(&mut self, event: &Arc<Event>, deps: &[Node]) -> Result<Node> {
-        self.keep.extras.push(event.clone());
+        self.keep.add_extra(event.clone());
         let (g, e) = (self.raw, event.raw());
         // SAFETY: live graph and event (kept above).
         self.add(deps, "adding an event wait node", |out, d, n| unsafe {

@@ -6,14 +6,14 @@
 //! run on freed memory, and each replay is joined to the home streams of those allocations like any
 //! other use, so it is ordered with every other access to them and with their final free.
 
-use crate::capture;
 use crate::device::Device;
 use crate::error::{check, Error, Result};
-use crate::memory::{ordered_on, Allocation};
+use crate::event::{Event, PooledEvent};
+use crate::keep::KeepAlive;
+use crate::memory::{joined, Allocation, InCapture};
 use crate::stream::Stream;
 use cudarc::driver::sys;
-use std::any::Any;
-use std::collections::HashSet;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -37,7 +37,7 @@ pub enum CaptureMode {
 }
 
 impl CaptureMode {
-    fn raw(self) -> sys::CUstreamCaptureMode {
+    pub(crate) fn raw(self) -> sys::CUstreamCaptureMode {
         use sys::CUstreamCaptureMode::*;
         match self {
             CaptureMode::Global => CU_STREAM_CAPTURE_MODE_GLOBAL,
@@ -82,96 +82,9 @@ impl std::ops::BitOr for InstantiateFlags {
     }
 }
 
-impl Stream {
-    /// Starts capturing the work queued on this stream into a graph instead of running it.
-    pub fn begin_capture(&self, mode: CaptureMode) -> Result<()> {
-        self.device().bind()?;
-        // SAFETY: live stream.
-        check(unsafe { sys::cuStreamBeginCapture_v2(self.raw(), mode.raw()) }, "beginning stream capture")?;
-        capture::register(self);
-        Ok(())
-    }
-
-    /// Ends the capture and returns the captured graph. If the capture was invalidated, the error
-    /// says so (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`) and the stream is back to normal.
-    pub fn end_capture(&self) -> Result<Graph> {
-        self.device().bind()?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: live stream; valid out-pointer.
-        let res = unsafe { sys::cuStreamEndCapture(self.raw(), &mut raw) };
-        let record = capture::unregister(self);
-        if res != sys::CUresult::CUDA_SUCCESS {
-            if !raw.is_null() {
-                // SAFETY: a graph handed back despite the error is ours to destroy.
-                unsafe { sys::cuGraphDestroy(raw) };
-            }
-            return Err(Error::driver(res, "ending stream capture"));
-        }
-        let mut keep = Keep::default();
-        for a in record.keep {
-            keep.add_alloc(&a);
-        }
-        Ok(Graph { raw, device: *self.device(), id: next_id(), keep, bodies: 0, lock: Mutex::new(()) })
-    }
-
-    /// The kernel node most recently captured on this stream, if the capture's current frontier is
-    /// exactly one kernel node (e.g. right after a single kernel launch). Used to build parameter
-    /// update handles.
-    pub fn last_captured_kernel_node(&self) -> Result<Option<KernelNode>> {
-        self.device().bind()?;
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let (mut deps, mut n): (*const sys::CUgraphNode, usize) = (std::ptr::null(), 0);
-        // SAFETY: live stream; valid out-pointers; unneeded outputs are null.
-        check(
-            unsafe {
-                sys::cuStreamGetCaptureInfo_v3(
-                    self.raw(),
-                    &mut status,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    &mut deps,
-                    std::ptr::null_mut(),
-                    &mut n,
-                )
-            },
-            "reading capture info",
-        )?;
-        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || n != 1 || deps.is_null() {
-            return Ok(None);
-        }
-        // SAFETY: the driver returned an array of `n == 1` nodes, valid until the next call on
-        // this stream.
-        let node = unsafe { *deps };
-        let mut ty = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
-        // SAFETY: a live node of the capture graph.
-        check(unsafe { sys::cuGraphNodeGetType(node, &mut ty) }, "reading a node type")?;
-        Ok((ty == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL).then_some(KernelNode(node)))
-    }
-
-    /// Whether a capture started through this crate ([`Stream::begin_capture`]) is recording this
-    /// stream. Cheap: one atomic load when no capture is active anywhere.
-    pub fn is_being_captured(&self) -> bool {
-        capture::is_capturing(self)
-    }
-
-    /// The capture status of this stream, as the driver reports it.
-    pub fn capture_status(&self) -> Result<CaptureStatus> {
-        self.device().bind()?;
-        let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: live stream; valid out-pointer.
-        check(unsafe { sys::cuStreamIsCapturing(self.raw(), &mut st) }, "querying capture status")?;
-        use sys::CUstreamCaptureStatus::*;
-        Ok(match st {
-            CU_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
-            CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
-            CU_STREAM_CAPTURE_STATUS_INVALIDATED => CaptureStatus::Invalidated,
-        })
-    }
-}
-
 /// A kernel node of a [`Graph`] (a plain handle, valid while that graph lives).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KernelNode(sys::CUgraphNode);
+pub struct KernelNode(pub(crate) sys::CUgraphNode);
 
 // SAFETY: a node handle is an opaque pointer that the driver lets any thread use.
 unsafe impl Send for KernelNode {}
@@ -196,30 +109,6 @@ impl KernelNode {
     }
 }
 
-/// What a graph keeps alive for as long as it, or an executable made from it, can run: every
-/// allocation its nodes use, and host closures, events and child-graph bookkeeping.
-#[derive(Default, Clone)]
-pub(crate) struct Keep {
-    pub(crate) allocs: Vec<Arc<Allocation>>,
-    seen: HashSet<usize>,
-    pub(crate) extras: Vec<Arc<dyn Any + Send + Sync>>,
-}
-
-impl Keep {
-    pub(crate) fn add_alloc(&mut self, a: &Arc<Allocation>) {
-        if a.ptr != 0 && self.seen.insert(Arc::as_ptr(a) as usize) {
-            self.allocs.push(a.clone());
-        }
-    }
-
-    pub(crate) fn merge(&mut self, other: &Keep) {
-        for a in &other.allocs {
-            self.add_alloc(a);
-        }
-        self.extras.extend(other.extras.iter().cloned());
-    }
-}
-
 fn next_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
@@ -233,7 +122,7 @@ pub struct Graph {
     device: Device,
     /// Identifies the graph in [`Node`] handles, so nodes of another graph are refused.
     id: u64,
-    keep: Keep,
+    keep: KeepAlive,
     /// How many conditional bodies were created (each gets its own node-id space).
     bodies: u64,
     /// Graph objects are not internally synchronised by the driver: `&self` calls take this.
@@ -254,6 +143,11 @@ impl Drop for Graph {
 }
 
 impl Graph {
+    /// A graph ended by a capture, keeping what the capture recorded.
+    pub(crate) fn from_capture(raw: sys::CUgraph, device: Device, keep: KeepAlive) -> Graph {
+        Graph { raw, device, id: next_id(), keep, bodies: 0, lock: Mutex::new(()) }
+    }
+
     /// Creates an empty graph.
     pub fn new(device: &Device) -> Result<Graph> {
         device.bind()?;
@@ -264,7 +158,7 @@ impl Graph {
             raw,
             device: *device,
             id: next_id(),
-            keep: Keep::default(),
+            keep: KeepAlive::default(),
             bodies: 0,
             lock: Mutex::new(()),
         })
@@ -317,15 +211,9 @@ impl Graph {
             unsafe { sys::cuGraphInstantiateWithFlags(&mut raw, self.raw, flags.0) },
             "instantiating a graph",
         )?;
-        let mut exec = GraphExec {
-            raw,
-            device: self.device,
-            keep: Arc::new(Keep::default()),
-            homes: Vec::new(),
-            lock: Mutex::new(()),
-        };
-        exec.adopt(self);
-        Ok(exec)
+        let keep = Arc::new(self.keep.clone());
+        let homes = keep.join_streams();
+        Ok(GraphExec { raw, device: self.device, keep, homes, lock: Mutex::new(ExecState { last: None }) })
     }
 
     /// Instantiates and uploads to the device on `stream`, so the first launch pays no upload.
@@ -336,18 +224,28 @@ impl Graph {
     }
 }
 
-/// An executable graph (`CUgraphExec`), destroyed on drop. The driver defers destruction of an
-/// executable graph that is still running, and the allocations it keeps are freed stream-ordered
-/// after the replays (each replay is joined to their home streams), so dropping it right after a
-/// launch is safe.
+/// An executable graph (`CUgraphExec`), destroyed on drop.
+///
+/// **Lifetimes.** It owns (shares) its graph's [`KeepAlive`] set. The allocations in it are freed
+/// stream-ordered after every replay (each replay is joined to their home streams). Host-node
+/// closures and events are not stream-ordered: an executable graph holding any records an event
+/// behind each replay, and when it is dropped or updated they are released only once the last
+/// replay queued before has completed (on the `cuda-core-reaper` thread). The driver defers the
+/// destruction of an executable graph that is still running. So dropping it right after a launch
+/// is safe.
 pub struct GraphExec {
     raw: sys::CUgraphExec,
     device: Device,
-    keep: Arc<Keep>,
-    /// The distinct home streams of `keep`.
+    keep: Arc<KeepAlive>,
+    /// The distinct streams every replay is joined with (home and serial streams of `keep`).
     homes: Vec<Stream>,
     /// Executable graphs are not internally synchronised by the driver: `&self` calls take this.
-    lock: Mutex<()>,
+    lock: Mutex<ExecState>,
+}
+
+struct ExecState {
+    /// An event behind the last eager replay, when `keep` holds anything not stream-ordered.
+    last: Option<Arc<PooledEvent>>,
 }
 
 /// The outcome of [`GraphExec::update`].
@@ -376,8 +274,14 @@ unsafe impl Sync for GraphExec {}
 impl Drop for GraphExec {
     fn drop(&mut self) {
         if self.device.bind().is_ok() {
-            // SAFETY: we own it; an in-flight launch is completed before the driver frees it.
-            unsafe { sys::cuGraphExecDestroy(self.raw) };
+            // SAFETY: we own it; the driver completes an in-flight launch before freeing it.
+            let res = unsafe { sys::cuGraphExecDestroy(self.raw) };
+            crate::error::note_drop_error(res, "destroying an executable graph");
+        }
+        let last = self.lock.get_mut().unwrap_or_else(|e| e.into_inner()).last.take();
+        if let Some(ev) = last {
+            let keep = std::mem::take(&mut self.keep);
+            crate::reaper::drop_after(ev, Box::new(keep));
         }
     }
 }
@@ -388,22 +292,21 @@ impl GraphExec {
         self.raw
     }
 
-    /// Uploads the executable graph to the device on `stream` (ahead of the first launch).
-    pub fn upload(&self, stream: &Stream) -> Result<()> {
-        self.device.bind()?;
-        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: live graph exec and stream.
-        check(unsafe { sys::cuGraphUpload(self.raw, stream.raw()) }, "uploading a graph")
+    fn state(&self) -> MutexGuard<'_, ExecState> {
+        self.lock.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn adopt(&mut self, graph: &Graph) {
-        self.keep = Arc::new(graph.keep.clone());
-        self.homes.clear();
-        for a in graph.keep.allocs.iter() {
-            if !self.homes.contains(a.home_stream()) {
-                self.homes.push(a.home_stream().clone());
-            }
-        }
+    /// Uploads the executable graph to the device on `stream` (ahead of the first launch).
+    ///
+    /// # Errors
+    /// [`Error::Capture`] if `stream` is being captured; driver errors.
+    pub fn upload(&self, stream: &Stream) -> Result<()> {
+        self.device.bind()?;
+        let _g = self.state();
+        let state = stream.lock();
+        crate::capture::refuse_if_capturing(&state, "uploading a graph on a stream being captured")?;
+        // SAFETY: live graph exec and stream.
+        check(unsafe { sys::cuGraphUpload(self.raw, stream.raw()) }, "uploading a graph")
     }
 
     /// The allocations the executable graph keeps alive.
@@ -411,25 +314,71 @@ impl GraphExec {
         &self.keep.allocs
     }
 
+    /// Orders every later replay after everything queued on `stream` so far, and `stream` after
+    /// each replay, as if `stream` were the home stream of one more buffer. Graphs serialised
+    /// through one stream never run concurrently (a graph pool).
+    pub fn serialize_through(&mut self, stream: &Stream) {
+        let mut keep = (*self.keep).clone();
+        keep.add_serial(stream);
+        self.homes = keep.join_streams();
+        self.keep = Arc::new(keep);
+    }
+
     /// Queues one replay of the graph on `stream`.
     ///
-    /// Safe for graphs captured through this crate: every buffer the nodes use is kept alive by
-    /// this executable graph, and the replay is ordered (joined) with all other uses of those
-    /// buffers on their home streams, so it neither races other work nor outlives the memory.
+    /// Safe for graphs captured or built through this crate: every buffer the nodes use is kept
+    /// alive by this executable graph, and the replay is ordered (joined) with all other uses of
+    /// those buffers on their home streams, so it neither races other work nor outlives the memory.
+    /// On a stream this thread is capturing, the replay is recorded as a child graph and the
+    /// capture keeps everything this graph keeps.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] for a stream of another device; [`Error::Capture`] if another
+    /// thread is capturing `stream` or a home stream is being captured; driver errors.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
-        self.device.bind()?;
-        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let go = || {
-            // SAFETY: live handles; every address in the graph belongs to an allocation in
-            // `self.keep` (captured uses are recorded), which outlives this executable graph.
-            check(unsafe { sys::cuGraphLaunch(self.raw, stream.raw()) }, "launching a graph")
-        };
-        if capture::any_active() {
-            let uses: Vec<&Arc<Allocation>> = self.keep.allocs.iter().collect();
-            ordered_on(stream, &uses, go)
-        } else {
-            crate::memory::join_homes(stream, self.homes.iter(), go)
+        if stream.device() != &self.device {
+            return Err(Error::DeviceMismatch {
+                during: "launching a graph",
+                expected: self.device.ordinal(),
+                actual: stream.device().ordinal(),
+            });
         }
+        self.device.bind()?;
+        let mut st = self.state();
+        let homes: Vec<&Stream> = self.homes.iter().collect();
+        let track = self.keep.has_extras();
+        let ev = if track { Some(Event::pooled(&self.device)?) } else { None };
+        let captured = Cell::new(false);
+        let recorded = Cell::new(false);
+        joined(
+            stream,
+            &homes,
+            InCapture::Record,
+            |k| {
+                k.merge(&self.keep);
+                captured.set(true);
+            },
+            || {
+                // SAFETY: live handles; every address in the graph belongs to an allocation in
+                // `self.keep`, which outlives every replay (see the type docs).
+                check(unsafe { sys::cuGraphLaunch(self.raw, stream.raw()) }, "launching a graph")?;
+                if let (Some(ev), false) = (&ev, captured.get()) {
+                    match ev.record_unchecked(stream) {
+                        Ok(()) => recorded.set(true),
+                        // Without the event the extras could be released too early: wait instead.
+                        Err(e) => {
+                            stream.sync_unchecked()?;
+                            return Err(e);
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        if let (Some(ev), true) = (ev, recorded.get()) {
+            st.last = Some(Arc::new(ev));
+        }
+        Ok(())
     }
 
     /// Updates this executable graph in place to the parameters of `graph`, which must have the
@@ -443,7 +392,16 @@ impl GraphExec {
         let res = unsafe { sys::cuGraphExecUpdate_v2(self.raw, graph.raw, &mut info) };
         match res {
             sys::CUresult::CUDA_SUCCESS => {
-                self.adopt(graph);
+                let mut keep = graph.keep.clone();
+                for st in &self.keep.serial {
+                    keep.add_serial(st);
+                }
+                let old = std::mem::replace(&mut self.keep, Arc::new(keep));
+                self.homes = self.keep.join_streams();
+                // Replays queued before still use what the old set kept: release it after them.
+                if let Some(ev) = self.state().last.clone() {
+                    crate::reaper::drop_after(ev, Box::new(old));
+                }
                 Ok(ExecUpdate::Updated)
             }
             sys::CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE => {
@@ -492,7 +450,7 @@ impl GraphExec {
             }
         }
         self.device.bind()?;
-        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = self.state();
         let mut value = value;
         let mut stack = [std::ptr::null_mut::<std::ffi::c_void>(); 16];
         let mut heap;

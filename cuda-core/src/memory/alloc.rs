@@ -40,18 +40,22 @@ impl Drop for Allocation {
         if self.ptr == 0 {
             return;
         }
-        if capture::defer_free_if_capturing(&self.stream, self.ptr) {
+        // Under the home stream's lock: a capture cannot begin between the check and the free.
+        let mut state = self.stream.lock();
+        if capture::defer_free(&mut state, self.ptr) {
             return;
         }
-        free_async(&self.stream, self.ptr);
+        if self.stream.device().bind().is_ok() {
+            free_raw(self.stream.raw(), self.ptr);
+        }
     }
 }
 
-/// Frees `ptr` stream-ordered on `stream`; errors cannot be reported from drop paths.
-pub(crate) fn free_async(stream: &Stream, ptr: sys::CUdeviceptr) {
-    if stream.device().bind().is_ok() {
-        // SAFETY: the caller owns `ptr`, allocated stream-ordered on this device; the free is
-        // queued after every use queued on (or joined to) `stream`.
-        unsafe { sys::cuMemFreeAsync(ptr, stream.raw()) };
-    }
+/// Frees `ptr` stream-ordered on `stream` (whose lock the caller holds, with the context bound);
+/// errors cannot be reported from drop paths and are counted (`crate::error::drop_errors`).
+pub(crate) fn free_raw(stream: sys::CUstream, ptr: sys::CUdeviceptr) {
+    // SAFETY: the caller owns `ptr`, allocated stream-ordered on this device; the free is queued
+    // after every use queued on (or joined to) `stream`.
+    let res = unsafe { sys::cuMemFreeAsync(ptr, stream) };
+    crate::error::note_drop_error(res, "freeing device memory (stream-ordered)");
 }

@@ -1,10 +1,9 @@
 //! `DeviceBuffer<T>`: typed device memory, allocated and freed stream-ordered.
 
 use super::alloc::Allocation;
-use super::order::ordered_on;
+use super::order::{ordered_on, ordered_with, InCapture};
 use super::pool::MemPool;
 use super::repr::DeviceRepr;
-use crate::capture;
 use crate::device::Device;
 use crate::error::{check, Error, Result};
 use crate::stream::Stream;
@@ -76,10 +75,14 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     fn alloc_impl(stream: &Stream, len: usize, pool: Option<MemPool>) -> Result<Self> {
         let bytes = byte_len::<T>(len)?;
-        capture::refuse_if_capturing(stream, "allocating device memory on a stream being captured")?;
         let mut ptr = 0;
         if bytes > 0 {
             stream.device().bind()?;
+            let state = stream.lock();
+            crate::capture::refuse_if_capturing(
+                &state,
+                "allocating device memory on a stream being captured",
+            )?;
             // SAFETY: valid out-pointer, live stream (and pool) of the bound context.
             let res = unsafe {
                 match &pool {
@@ -87,6 +90,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
                     None => sys::cuMemAllocAsync(&mut ptr, bytes, stream.raw()),
                 }
             };
+            drop(state);
             check(res, "allocating device memory (stream-ordered)")?;
         }
         let alloc = Arc::new(Allocation { ptr, stream: stream.clone(), _pool: pool });
@@ -194,9 +198,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        capture::refuse_if_capturing(stream, "a copy from pageable host memory on a stream being captured")?;
         stream.device().bind()?;
-        ordered_on(stream, &[&self.alloc], || {
+        let refuse = InCapture::Refuse("a copy from pageable host memory on a stream being captured");
+        ordered_with(stream, &[&self.alloc], refuse, || {
             // SAFETY: `data` is a live slice of exactly size_bytes() bytes; for pageable memory the
             // driver stages it before returning. The destination is our allocation.
             let res = unsafe {
@@ -221,21 +225,19 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        capture::refuse_if_capturing(stream, "a blocking copy to the host on a stream being captured")?;
         stream.device().bind()?;
-        let queued = ordered_on(stream, &[&self.alloc], || {
+        let refuse = InCapture::Refuse("a blocking copy to the host on a stream being captured");
+        let queued = ordered_with(stream, &[&self.alloc], refuse, || {
             // SAFETY: the caller guarantees `out` is writable for size_bytes() bytes; we synchronize
             // below before returning, so the driver's write is complete when the caller resumes.
             let res =
                 unsafe { sys::cuMemcpyDtoHAsync_v2(out.cast(), self.ptr, self.size_bytes(), stream.raw()) };
             check(res, "copying device to host")
         });
-        // Wait outside the home-stream lock (other threads' uses need not wait for our host wait),
-        // and wait even if a join failed after the copy was queued: `out` must not be released
-        // while the driver may still write into it.
-        let waited = stream.synchronize();
+        // Wait outside the locks (other threads' uses need not wait for our host wait), and only if
+        // the copy was queued: `out` must not be released while the driver may still write into it.
         queued?;
-        waited
+        stream.sync_unchecked()
     }
 
     /// Copies the whole buffer to a new `Vec`, blocking, ordered on the home stream.

@@ -7,11 +7,11 @@ mod pinned;
 mod pool;
 mod repr;
 
-pub(crate) use alloc::free_async;
+pub(crate) use alloc::free_raw;
 pub use alloc::Allocation;
 pub use buffer::DeviceBuffer;
-pub(crate) use order::join_homes;
-pub use order::ordered_on;
+pub(crate) use order::ordered_on;
+pub(crate) use order::{join_unchecked, joined, InCapture};
 pub use pinned::PinnedBuffer;
 pub use pool::{MemPool, PoolStats};
 pub use repr::DeviceRepr;

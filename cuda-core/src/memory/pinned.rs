@@ -1,9 +1,8 @@
 //! `PinnedBuffer<T>`: page-locked host memory for truly asynchronous copies.
 
 use super::buffer::DeviceBuffer;
-use super::order::ordered_on;
+use super::order::{ordered_with, InCapture};
 use super::repr::DeviceRepr;
-use crate::capture;
 use crate::device::Device;
 use crate::error::{check, Error, Result};
 use crate::event::{Event, PooledEvent};
@@ -98,13 +97,6 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
     }
 
-    fn track(&mut self, stream: &Stream) -> Result<()> {
-        let ev = Event::pooled(stream.device())?;
-        ev.record(stream)?;
-        self.pending = Some(ev);
-        Ok(())
-    }
-
     /// Queues an asynchronous copy of this buffer into `dst` on `stream` and returns at once.
     pub fn copy_to_device_async(&mut self, stream: &Stream, dst: &mut DeviceBuffer<T>) -> Result<()> {
         let (d, bytes) = (dst.device_ptr(), dst.size_bytes());
@@ -142,20 +134,28 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        capture::refuse_if_capturing(
-            stream,
-            "an async copy with pinned host memory on a stream being captured",
-        )?;
         // A previous transfer may still use `self`; the stream order only covers `stream`.
         self.wait()?;
         stream.device().bind()?;
         let host = self.ptr.cast();
-        let queued = ordered_on(stream, &[dev.allocation()], || check(copy(host, stream.raw()), during));
-        if let Err(e) = self.track(stream) {
-            // Without a pending event the host could touch `self` while the copy runs: wait.
-            stream.synchronize()?;
-            queued?;
-            return Err(e);
+        let refuse = InCapture::Refuse("an async copy with pinned host memory on a stream being captured");
+        let ev = Event::pooled(stream.device())?;
+        let mut tracked = false;
+        let queued = ordered_with(stream, &[dev.allocation()], refuse, || {
+            check(copy(host, stream.raw()), during)?;
+            // Recorded under the stream's lock, right behind the copy: the host waits for it before
+            // touching `self`. Without it, wait for the copy here.
+            match ev.record_unchecked(stream) {
+                Ok(()) => tracked = true,
+                Err(e) => {
+                    stream.sync_unchecked()?;
+                    return Err(e);
+                }
+            }
+            Ok(())
+        });
+        if tracked {
+            self.pending = Some(ev);
         }
         queued
     }

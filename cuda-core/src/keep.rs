@@ -1,0 +1,73 @@
+//! `KeepAlive`: everything a graph's nodes refer to, owned for as long as the graph can run.
+
+use crate::memory::Allocation;
+use crate::stream::Stream;
+use std::any::Any;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// What a graph (or an open capture) keeps alive for as long as it, or an executable graph made
+/// from it, can run:
+/// - every [`Allocation`] its nodes use (so no replay touches freed memory; their home streams are
+///   joined by every replay, so the final stream-ordered free comes after the last replay);
+/// - *extras* that are not stream-ordered (host-node closures, events of event nodes): an
+///   executable graph holding any extra releases them only after an event behind its last queued
+///   replay has completed (see `GraphExec`);
+/// - *serial* streams: every replay is ordered after everything queued on them and they after it
+///   (a graph pool's stream), like a home stream with no memory.
+#[derive(Default, Clone)]
+pub(crate) struct KeepAlive {
+    pub(crate) allocs: Vec<Arc<Allocation>>,
+    seen: HashSet<usize>,
+    pub(crate) extras: Vec<Arc<dyn Any + Send + Sync>>,
+    pub(crate) serial: Vec<Stream>,
+}
+
+impl KeepAlive {
+    /// Adds an allocation (once; empty allocations are not kept).
+    pub(crate) fn add_alloc(&mut self, a: &Arc<Allocation>) {
+        if a.ptr != 0 && self.seen.insert(Arc::as_ptr(a) as usize) {
+            self.allocs.push(a.clone());
+        }
+    }
+
+    /// Adds a value that must outlive every replay.
+    pub(crate) fn add_extra(&mut self, x: Arc<dyn Any + Send + Sync>) {
+        self.extras.push(x);
+    }
+
+    /// Adds a stream every replay is serialised through.
+    pub(crate) fn add_serial(&mut self, s: &Stream) {
+        if !self.serial.contains(s) {
+            self.serial.push(s.clone());
+        }
+    }
+
+    /// Adds everything `other` keeps.
+    pub(crate) fn merge(&mut self, other: &KeepAlive) {
+        for a in &other.allocs {
+            self.add_alloc(a);
+        }
+        self.extras.extend(other.extras.iter().cloned());
+        for s in &other.serial {
+            self.add_serial(s);
+        }
+    }
+
+    /// The distinct streams every replay is joined with: the allocations' home streams and the
+    /// serial streams.
+    pub(crate) fn join_streams(&self) -> Vec<Stream> {
+        let mut out: Vec<Stream> = Vec::new();
+        for s in self.allocs.iter().map(|a| &a.stream).chain(self.serial.iter()) {
+            if !out.contains(s) {
+                out.push(s.clone());
+            }
+        }
+        out
+    }
+
+    /// Whether anything must be kept until replays have *completed* (not just been ordered).
+    pub(crate) fn has_extras(&self) -> bool {
+        !self.extras.is_empty()
+    }
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# compute-sanitizer memcheck and racecheck over every GPU suite of a bundle (scripts/gpu-bundle),
+# with NO test skipped and API-error reporting ON. Exits non-zero on any failed test, memory error,
+# race hazard, timeout, or API error that is not one of the by-design errors listed (by error name
+# and driver call) in scripts/sanitize-allowed-api-errors.txt.
+#   scripts/sanitize.sh [SUITE...]        (default: every test executable in $BUNDLE/tests)
+#   env: BUNDLE (default .gpu-bundle), OUT (logs; default gpu-out), TOOLS (default "memcheck racecheck"),
+#        SAN_TIMEOUT (seconds per suite and tool; default 900)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+B=${BUNDLE:-.gpu-bundle}
+R=${OUT:-gpu-out}; mkdir -p "$R/san"
+allowed="$here/sanitize-allowed-api-errors.txt"
+tools=${TOOLS:-memcheck racecheck}
+if [[ $# -gt 0 ]]; then suites=("$@"); else suites=(); for t in "$B"/tests/*; do suites+=("${t##*/}"); done; fi
+export CUDA_ASYNC_REQUIRE_GPU=1
+bad=0
+for s in "${suites[@]}"; do
+  exe="$B/tests/$s"; [[ -x $exe ]] || exe=$(ls "$B"/tests/*"$s" 2>/dev/null | head -1)
+  [[ -x $exe ]] || { echo "no such suite: $s"; bad=1; continue; }
+  name=${exe##*/}
+  for tool in $tools; do
+    log="$R/san/$name-$tool.log"
+    timeout "${SAN_TIMEOUT:-900}" compute-sanitizer --tool "$tool" --report-api-errors explicit --leak-check no \
+      --print-limit 200 "$exe" --test-threads=1 >"$log" 2>&1
+    rc=$?
+    result=$(grep -E '^test result' "$log" | tail -1)
+    # API errors: "Program hit CUDA_ERROR_X (error N) due to ... on CUDA API call to cuY."
+    api=$(grep -oE 'Program hit [A-Z_]+ \(error [0-9]+\) due to .* on CUDA API call to [A-Za-z0-9_]+' "$log" |
+      sed -E 's/Program hit ([A-Z_]+) .* call to ([A-Za-z0-9_]+)/\1 \2/' | sort | uniq -c)
+    unexpected=0
+    while read -r count err call; do
+      [[ -z ${err:-} ]] && continue
+      if ! grep -qE "^$err $call( |$)" "$allowed"; then unexpected=$((unexpected + count)); echo "  unexpected API error: $count x $err on $call"; fi
+    done <<<"$api"
+    summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)
+    errs=$(sed -nE 's/.*ERROR SUMMARY: ([0-9]+) error.*/\1/p' <<<"$summary"); errs=${errs:-0}
+    hazards=$(sed -nE 's/.*RACECHECK SUMMARY: ([0-9]+) hazard.*/\1/p' <<<"$summary"); hazards=${hazards:-0}
+    apitotal=$(awk '{s+=$1} END {print s+0}' <<<"$api")
+    memerrs=$((errs - apitotal)); ((memerrs < 0)) && memerrs=0
+    verdict=ok
+    if [[ $rc -ne 0 && $rc -ne 99 ]] || ! grep -q ' 0 failed' <<<"$result" || ((unexpected > 0 || memerrs > 0 || hazards > 0)); then
+      verdict=FAIL; bad=1
+      [[ $rc -eq 124 ]] && verdict="FAIL (timeout)"
+    fi
+    echo "$name $tool: $verdict | rc $rc | ${result:-no test result} | $summary | api errors $apitotal (unexpected $unexpected)"
+    [[ $verdict == ok ]] || grep -E '^test .*FAILED|Invalid|Race|Hazard|Error' "$log" | head -15 | sed 's/^/    /'
+  done
+done
+echo "sanitizer round: $([[ $bad == 0 ]] && echo PASS || echo FAIL)"
+exit $bad

@@ -298,8 +298,8 @@ impl Stream {
         }
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         let (mut deps, mut n): (*const sys::CUgraphNode, usize) = (std::ptr::null(), 0);
-        // SAFETY: live stream; valid out-pointers; unneeded outputs are null.
         check(
+            // SAFETY: live stream; valid out-pointers; unneeded outputs are null.
             unsafe {
                 sys::cuStreamGetCaptureInfo_v3(
                     self.raw(),

@@ -110,8 +110,8 @@ impl Device {
     /// Reads any device attribute.
     pub fn attribute(&self, attr: DeviceAttribute) -> Result<i32> {
         let mut v = 0;
-        // SAFETY: valid out-pointer and device handle.
         check(
+            // SAFETY: valid out-pointer and device handle.
             unsafe { sys::cuDeviceGetAttribute(&mut v, attr, self.inner.cu_device) },
             "reading a device attribute",
         )?;
@@ -135,8 +135,8 @@ impl Device {
     /// Total device memory in bytes.
     pub fn total_memory(&self) -> Result<usize> {
         let mut bytes = 0;
-        // SAFETY: valid out-pointer and device handle.
         check(
+            // SAFETY: valid out-pointer and device handle.
             unsafe { sys::cuDeviceTotalMem_v2(&mut bytes, self.inner.cu_device) },
             "reading total device memory",
         )?;
@@ -175,8 +175,8 @@ fn open(ordinal: usize) -> Result<&'static DeviceInner> {
     // SAFETY: driver initialised by registry(); ordinal checked against the count; out-pointer valid.
     check(unsafe { sys::cuDeviceGet(&mut cu_device, ordinal as i32) }, "getting a device handle")?;
     let mut buf = [0 as std::ffi::c_char; 256];
-    // SAFETY: the buffer is 256 bytes and we pass its length; the driver NUL-terminates.
     check(
+        // SAFETY: the buffer is 256 bytes and we pass its length; the driver NUL-terminates.
         unsafe { sys::cuDeviceGetName(buf.as_mut_ptr(), buf.len() as i32, cu_device) },
         "reading the device name",
     )?;

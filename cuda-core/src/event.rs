@@ -202,8 +202,8 @@ impl Event {
         end.refuse_if_tagged("timing an event recorded inside a stream capture")?;
         start.device.bind()?;
         let mut ms = 0.0f32;
-        // SAFETY: live events; valid out-pointer.
         check(
+            // SAFETY: live events; valid out-pointer.
             unsafe { sys::cuEventElapsedTime_v2(&mut ms, start.raw, end.raw) },
             "reading elapsed time between events",
         )?;

@@ -85,8 +85,8 @@ impl Module {
             .map_err(|_| Error::InvalidArgument("kernel name contains a NUL byte".into()))?;
         self.inner.device.bind()?;
         let mut raw = std::ptr::null_mut();
-        // SAFETY: live module; NUL-terminated name; valid out-pointer.
         check(
+            // SAFETY: live module; NUL-terminated name; valid out-pointer.
             unsafe { sys::cuModuleGetFunction(&mut raw, self.inner.raw, c.as_ptr()) },
             "looking up a kernel in a module",
         )?;

@@ -74,8 +74,8 @@ impl Device {
     pub fn stream_priority_range(&self) -> Result<(i32, i32)> {
         self.bind()?;
         let (mut least, mut greatest) = (0, 0);
-        // SAFETY: valid out-pointers; context bound.
         check(
+            // SAFETY: valid out-pointers; context bound.
             unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) },
             "reading the stream priority range",
         )?;

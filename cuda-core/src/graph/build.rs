@@ -189,9 +189,11 @@ impl<'g> GraphBody<'g> {
     ) -> Result<Node> {
         let size = std::mem::size_of::<T>();
         let bits = match size {
-            // SAFETY (all three): reading the value's bytes as an integer of the same size.
+            // SAFETY: reading the value's bytes as an integer of the same size (T is POD).
             1 => (unsafe { std::mem::transmute_copy::<T, u8>(&value) }) as u32,
+            // SAFETY: as above, 2 bytes.
             2 => (unsafe { std::mem::transmute_copy::<T, u16>(&value) }) as u32,
+            // SAFETY: as above, 4 bytes.
             4 => unsafe { std::mem::transmute_copy::<T, u32>(&value) },
             n => {
                 return Err(Error::InvalidArgument(format!(
@@ -337,8 +339,8 @@ impl<'g> GraphBody<'g> {
                 // SAFETY: all-zero is valid for this struct of integers and pointers (no enums); the driver
                 // fills it.
                 let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
-                // SAFETY: a live kernel node of `graph`.
                 check(
+                    // SAFETY: a live kernel node of `graph`.
                     unsafe { sys::cuGraphKernelNodeGetParams_v2(only.raw, &mut p) },
                     "reading kernel node parameters",
                 )?;

@@ -87,8 +87,8 @@ impl<'g> GraphBody<'g> {
             None => (0, 0),
         };
         let mut handle = 0;
-        // SAFETY: live graph and context; valid out-pointer.
         check(
+            // SAFETY: live graph and context; valid out-pointer.
             unsafe {
                 sys::cuGraphConditionalHandleCreate(
                     &mut handle,
@@ -157,8 +157,8 @@ impl<'g> GraphBody<'g> {
             ctx: self.device.cu_context(),
         };
         let mut raw = std::ptr::null_mut();
-        // SAFETY: live graph; `deps_raw` are nodes of it; `p` is a valid conditional description.
         check(
+            // SAFETY: live graph; `deps_raw` are nodes of it; `p` is a valid conditional description.
             unsafe {
                 sys::cuGraphAddNode_v2(
                     &mut raw,

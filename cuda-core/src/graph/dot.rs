@@ -25,8 +25,8 @@ impl crate::Device {
         use sys::CUgraphMem_attribute::*;
         let get = |attr| -> Result<u64> {
             let mut v = 0u64;
-            // SAFETY: these attributes are cuuint64_t; valid out-pointer and device.
             check(
+                // SAFETY: these attributes are cuuint64_t; valid out-pointer and device.
                 unsafe {
                     sys::cuDeviceGetGraphMemAttribute(self.cu_device(), attr, (&mut v as *mut u64).cast())
                 },
@@ -49,8 +49,8 @@ impl crate::Device {
         self.bind()?;
         for attr in [CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH] {
             let mut zero = 0u64;
-            // SAFETY: these attributes take a cuuint64_t that must be 0 (reset).
             check(
+                // SAFETY: these attributes take a cuuint64_t that must be 0 (reset).
                 unsafe {
                     sys::cuDeviceSetGraphMemAttribute(self.cu_device(), attr, (&mut zero as *mut u64).cast())
                 },

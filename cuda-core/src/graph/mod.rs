@@ -100,8 +100,8 @@ impl KernelNode {
         // SAFETY: all-zero is valid for this struct of integers and pointers (no enums); the driver
         // fills it.
         let mut params: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
-        // SAFETY: the caller guarantees the node is alive.
         check(
+            // SAFETY: the caller guarantees the node is alive.
             unsafe { sys::cuGraphKernelNodeGetParams_v2(self.0, &mut params) },
             "reading kernel node parameters",
         )?;
@@ -187,8 +187,8 @@ impl Graph {
     pub fn node_count(&self) -> Result<usize> {
         let _g = self.guard();
         let mut n = 0usize;
-        // SAFETY: a null node array asks for the count only.
         check(
+            // SAFETY: a null node array asks for the count only.
             unsafe { sys::cuGraphGetNodes(self.raw, std::ptr::null_mut(), &mut n) },
             "counting graph nodes",
         )?;
@@ -206,8 +206,8 @@ impl Graph {
         self.device.bind()?;
         let _g = self.guard();
         let mut raw = std::ptr::null_mut();
-        // SAFETY: live graph; valid out-pointer.
         check(
+            // SAFETY: live graph; valid out-pointer.
             unsafe { sys::cuGraphInstantiateWithFlags(&mut raw, self.raw, flags.0) },
             "instantiating a graph",
         )?;
@@ -497,8 +497,8 @@ impl KernelNode {
         // SAFETY: all-zero is valid for this struct of integers and pointers (no enums); the driver
         // fills it.
         let mut raw: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
-        // SAFETY: the caller guarantees the node is alive.
         check(
+            // SAFETY: the caller guarantees the node is alive.
             unsafe { sys::cuGraphKernelNodeGetParams_v2(self.0, &mut raw) },
             "reading kernel node parameters",
         )?;

@@ -293,7 +293,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         let (ptr, len, s) = (self.ptr, self.len, stream.raw());
         stream.device().bind()?;
         ordered_on(stream, &[&self.alloc], || {
-            // SAFETY (all arms): writes exactly len elements of size_of::<T>() bytes inside our
+            // SAFETY: (all arms) writes exactly len elements of size_of::<T>() bytes inside our
             // allocation; reading `value`'s bytes as an integer of the same size is sound for POD.
             let res = unsafe {
                 match size_of::<T>() {

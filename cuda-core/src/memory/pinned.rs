@@ -40,8 +40,8 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         if bytes > 0 {
             device.bind()?;
             let mut raw = std::ptr::null_mut();
-            // SAFETY: valid out-pointer; context bound. Portable so any context may use it.
             check(
+                // SAFETY: valid out-pointer; context bound. Portable so any context may use it.
                 unsafe { sys::cuMemHostAlloc(&mut raw, bytes, sys::CU_MEMHOSTALLOC_PORTABLE) },
                 "allocating pinned host memory",
             )?;

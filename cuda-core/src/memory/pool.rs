@@ -73,8 +73,8 @@ impl MemPool {
     pub fn device_default(device: &Device) -> Result<MemPool> {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
-        // SAFETY: valid out-pointer and device.
         check(
+            // SAFETY: valid out-pointer and device.
             unsafe { sys::cuDeviceGetDefaultMemPool(&mut raw, device.cu_device()) },
             "getting the default memory pool",
         )?;
@@ -100,8 +100,8 @@ impl MemPool {
     fn get_u64(&self, attr: sys::CUmemPool_attribute) -> Result<u64> {
         self.inner.device.bind()?;
         let mut v = 0u64;
-        // SAFETY: these attributes are cuuint64_t; valid out-pointer.
         check(
+            // SAFETY: these attributes are cuuint64_t; valid out-pointer.
             unsafe { sys::cuMemPoolGetAttribute(self.raw(), attr, (&mut v as *mut u64).cast()) },
             "reading a memory pool attribute",
         )?;

@@ -83,8 +83,8 @@ pub fn compile_cubin(program: &str, source: &str, arch: &str, options: &[String]
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
 
     let mut raw = std::ptr::null_mut();
-    // SAFETY: NUL-terminated source and name that outlive the call; no headers.
     nvrtc_check(
+        // SAFETY: NUL-terminated source and name that outlive the call; no headers.
         unsafe {
             sys::nvrtcCreateProgram(
                 &mut raw,

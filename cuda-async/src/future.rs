@@ -16,7 +16,8 @@
 
 use crate::completion::Completion;
 use crate::error::{DeviceError, Result};
-use crate::op::{execute_locked, DeviceOp};
+use crate::lock::execute_locked;
+use crate::op::{DeviceOp, Op};
 use crate::scheduling::{self, SchedulingPolicy};
 use cuda_core::{Event, Stream, StreamStatus};
 use std::future::Future;
@@ -135,5 +136,14 @@ impl<O: DeviceOp> Future for DeviceFuture<O> {
                     .unwrap_or(cuda_core::Error::InvalidArgument("unknown asynchronous failure".into())),
             ))),
         }
+    }
+}
+
+impl<T: DeviceOp> std::future::IntoFuture for Op<T> {
+    type Output = Result<T::Output>;
+    type IntoFuture = DeviceFuture<T>;
+    /// Runs on a stream chosen by the default policy of the default device, when first polled.
+    fn into_future(self) -> DeviceFuture<T> {
+        DeviceFuture::with_default_policy(self.0)
     }
 }

@@ -1,6 +1,5 @@
 //! The `GraphNode` marker: ops that may be recorded into a CUDA graph.
 
-use crate::combinators::{Inspect, JoinAll, Map, Then, Value};
 use crate::{DeviceOp, Op};
 
 /// Marks ops whose execution queues only work that a CUDA graph can replay: kernel launches,
@@ -15,50 +14,5 @@ use crate::{DeviceOp, Op};
 /// combine inner ops that are themselves `GraphNode`.
 pub unsafe trait GraphNode: DeviceOp {}
 
-// SAFETY: queues nothing at all.
-unsafe impl<T: Send> GraphNode for Value<T> {}
 // SAFETY: delegates to the inner op, which is a GraphNode.
 unsafe impl<T: GraphNode> GraphNode for Op<T> {}
-// SAFETY: runs `A`, then the op `F` returns, both GraphNodes; the closure itself runs on the host
-// and is given no stream.
-unsafe impl<A, F, B> GraphNode for Then<A, F>
-where
-    A: GraphNode,
-    F: FnOnce(A::Output) -> B + Send,
-    B: GraphNode,
-{
-}
-// SAFETY: runs the GraphNode `A`; the closure runs on the host and is given no stream.
-unsafe impl<A, F, U> GraphNode for Map<A, F>
-where
-    A: GraphNode,
-    F: FnOnce(A::Output) -> U + Send,
-    U: Send,
-{
-}
-// SAFETY: as for Map.
-unsafe impl<A, F> GraphNode for Inspect<A, F>
-where
-    A: GraphNode,
-    F: FnOnce(&A::Output) + Send,
-{
-}
-// SAFETY: runs GraphNodes in order.
-unsafe impl<O: GraphNode> GraphNode for JoinAll<O> {}
-
-macro_rules! tuple_graph_node {
-    ($($n:ident),+) => {
-        // SAFETY: runs its elements, all GraphNodes, in order.
-        unsafe impl<$($n: GraphNode),+> GraphNode for ($($n,)+) {}
-    };
-}
-tuple_graph_node!(A);
-tuple_graph_node!(A, B);
-tuple_graph_node!(A, B, C);
-tuple_graph_node!(A, B, C, D);
-tuple_graph_node!(A, B, C, D, E);
-tuple_graph_node!(A, B, C, D, E, F);
-tuple_graph_node!(A, B, C, D, E, F, G);
-tuple_graph_node!(A, B, C, D, E, F, G, H);
-tuple_graph_node!(A, B, C, D, E, F, G, H, I);
-tuple_graph_node!(A, B, C, D, E, F, G, H, I, J);

@@ -22,6 +22,7 @@ pub(crate) mod completion;
 mod context;
 mod engine;
 mod error;
+mod ext;
 mod future;
 pub mod graph;
 mod graph_node;
@@ -35,11 +36,12 @@ pub use args::{BufferMut, BufferRef, IntoBufferOp};
 pub use combinators::{join_all, value};
 pub use context::ExecutionContext;
 pub use error::{DeviceError, Result};
+pub use ext::{DeviceOpExt, FirstFn, LastFn};
 pub use future::DeviceFuture;
 pub use graph::{
     CaptureOptions, CudaGraph, DeviceScalar, GraphBodyExt, GraphPool, Module, RecapturePath, TunableParam,
 };
 pub use graph_node::GraphNode;
 pub use lock::is_executing;
-pub use op::{DeviceOp, DeviceOpExt, FirstFn, LastFn, Op};
+pub use op::{DeviceOp, Op};
 pub use scheduling::{SchedulingPolicy, SingleStream, StreamPoolRoundRobin};

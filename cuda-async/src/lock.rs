@@ -15,7 +15,10 @@
 //! thread's work on a capturing stream or on a buffer homed on one. There is deliberately no
 //! process-wide lock: a capture scope that waits for another thread's `sync_on` must not deadlock.
 
+use crate::context::ExecutionContext;
 use crate::error::{DeviceError, Result};
+use crate::op::DeviceOp;
+use cuda_core::Stream;
 use std::cell::Cell;
 
 thread_local! {
@@ -47,4 +50,11 @@ pub(crate) fn acquire(entry: &'static str) -> Result<ExecGuard> {
 /// Whether this thread is inside an op's execution or a capture scope.
 pub fn is_executing() -> bool {
     EXECUTING.with(|e| e.get())
+}
+
+/// Runs `op` on `stream` under the execution lock, without waiting.
+#[inline]
+pub(crate) fn execute_locked<O: DeviceOp>(op: O, stream: &Stream, entry: &'static str) -> Result<O::Output> {
+    let _guard = acquire(entry)?;
+    op.execute(&ExecutionContext::new(stream))
 }

@@ -1,9 +1,9 @@
-//! `map`, `inspect` and `and_then_with_context`: host-side steps in a chain.
+//! `map`: transform an op's output on the host.
 //!
-//! Their closures run on the host **when the op is executed** (enqueue time), not after the GPU
-//! work: they see handles (buffers, values), not finished results.
+//! The closure runs on the host **when the op is executed** (enqueue time), not after the GPU
+//! work: it sees handles (buffers, values), not finished results.
 
-use crate::{DeviceOp, ExecutionContext, Result};
+use crate::{DeviceOp, ExecutionContext, GraphNode, Result};
 
 /// Transforms an op's output. Built by [`crate::DeviceOpExt::map`].
 pub struct Map<A, F> {
@@ -30,55 +30,11 @@ where
     }
 }
 
-/// Looks at an op's output and passes it on. Built by [`crate::DeviceOpExt::inspect`].
-pub struct Inspect<A, F> {
-    a: A,
-    f: F,
-}
-
-impl<A, F> Inspect<A, F> {
-    pub(crate) fn new(a: A, f: F) -> Self {
-        Inspect { a, f }
-    }
-}
-
-impl<A, F> DeviceOp for Inspect<A, F>
+// SAFETY: runs the GraphNode `A`; the closure runs on the host and is given no stream.
+unsafe impl<A, F, U> GraphNode for Map<A, F>
 where
-    A: DeviceOp,
-    F: FnOnce(&A::Output) + Send,
-{
-    type Output = A::Output;
-    #[inline]
-    fn execute(self, ctx: &ExecutionContext<'_>) -> Result<A::Output> {
-        let out = self.a.execute(ctx)?;
-        (self.f)(&out);
-        Ok(out)
-    }
-}
-
-/// A fallible step with access to the context. Built by
-/// [`crate::DeviceOpExt::and_then_with_context`].
-pub struct AndThenWithContext<A, F> {
-    a: A,
-    f: F,
-}
-
-impl<A, F> AndThenWithContext<A, F> {
-    pub(crate) fn new(a: A, f: F) -> Self {
-        AndThenWithContext { a, f }
-    }
-}
-
-impl<A, F, U> DeviceOp for AndThenWithContext<A, F>
-where
-    A: DeviceOp,
-    F: FnOnce(A::Output, &ExecutionContext<'_>) -> Result<U> + Send,
+    A: GraphNode,
+    F: FnOnce(A::Output) -> U + Send,
     U: Send,
 {
-    type Output = U;
-    #[inline]
-    fn execute(self, ctx: &ExecutionContext<'_>) -> Result<U> {
-        let out = self.a.execute(ctx)?;
-        (self.f)(out, ctx)
-    }
 }

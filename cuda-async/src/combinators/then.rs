@@ -1,6 +1,6 @@
 //! `then`: sequence two ops on one stream.
 
-use crate::{DeviceOp, ExecutionContext, Result};
+use crate::{DeviceOp, ExecutionContext, GraphNode, Result};
 
 /// Runs `A`, passes its output to `F`, then runs the op `F` returns, on the same stream (so in
 /// order). Built by [`crate::DeviceOpExt::then`].
@@ -27,4 +27,14 @@ where
         let out = self.a.execute(ctx)?;
         (self.f)(out).execute(ctx)
     }
+}
+
+// SAFETY: runs `A`, then the op `F` returns, both GraphNodes; the closure itself runs on the host
+// and is given no stream.
+unsafe impl<A, F, B> GraphNode for Then<A, F>
+where
+    A: GraphNode,
+    F: FnOnce(A::Output) -> B + Send,
+    B: GraphNode,
+{
 }

@@ -1,6 +1,6 @@
 //! `value`: an op that produces a host value and queues no GPU work.
 
-use crate::{DeviceOp, ExecutionContext, Op, Result};
+use crate::{DeviceOp, ExecutionContext, GraphNode, Op, Result};
 
 /// An op that yields a value. See [`value`].
 #[derive(Clone, Debug)]
@@ -19,3 +19,6 @@ impl<T: Send> DeviceOp for Value<T> {
         Ok(self.0)
     }
 }
+
+// SAFETY: queues nothing at all.
+unsafe impl<T: Send> GraphNode for Value<T> {}

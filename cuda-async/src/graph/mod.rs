@@ -18,12 +18,12 @@ pub use launch::Launch;
 pub use module::Module;
 pub use options::CaptureOptions;
 pub use params::{DeviceScalar, ParamHandle, TunableParam};
+pub(crate) use scope::record;
 pub use scope::Scope;
 
-use crate::op::execute_locked;
-use crate::{lock, DeviceError, DeviceOp, DeviceOpExt, GraphNode, Op, Result};
+use crate::lock::execute_locked;
+use crate::{DeviceError, DeviceOp, GraphNode, Op, Result};
 use cuda_core::{ExecUpdate, Graph, GraphExec, Stream};
-use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub(crate) static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -66,40 +66,6 @@ pub enum RecapturePath {
         /// Why the in-place update was not used.
         reason: String,
     },
-}
-
-/// Ends a capture if the closure unwinds, so the stream and context stay usable.
-struct EndOnUnwind<'a> {
-    stream: &'a Stream,
-    armed: bool,
-}
-
-impl Drop for EndOnUnwind<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            // Discard whatever was recorded; the error (if any) cannot be reported from here.
-            let _ = self.stream.end_capture();
-        }
-    }
-}
-
-/// Records `f` into a graph on `stream`, with this thread's execution lock held (no nested
-/// execution inside `f`). Other threads are not blocked: `cuda-core` refuses their work on `stream`
-/// (and on buffers homed on it) while the capture is open.
-pub(crate) fn record<R>(
-    stream: &Stream,
-    options: &CaptureOptions,
-    id: u64,
-    f: impl FnOnce(&mut Scope<'_>) -> Result<R>,
-) -> Result<(Graph, R)> {
-    let _guard = lock::acquire("a graph capture started inside another op's execution")?;
-    stream.begin_capture(options.mode)?;
-    let mut end = EndOnUnwind { stream, armed: true };
-    let out = f(&mut Scope { stream, graph_id: id, _not_send: PhantomData });
-    end.armed = false;
-    let graph = stream.end_capture();
-    let out = out?;
-    Ok((graph?, out))
 }
 
 impl<T> CudaGraph<T> {
@@ -159,7 +125,8 @@ impl<T> CudaGraph<T> {
         mut make: impl FnMut() -> O,
     ) -> Result<Self> {
         for _ in 0..options.warmup_runs {
-            make().sync_on(stream)?;
+            execute_locked(make(), stream, "CudaGraph::capture_fn inside another op's execution")?;
+            stream.synchronize()?;
         }
         Self::scope_with(stream, CaptureOptions { warmup_runs: 0, ..options }, |s| s.record(make()))
     }

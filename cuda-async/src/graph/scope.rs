@@ -1,8 +1,10 @@
-//! `Scope`: what a capture closure records into.
+//! Recording: the capture of a closure into a graph, and the `Scope` it records into.
 
+use super::options::CaptureOptions;
 use super::params::{ParamHandle, TunableParam};
+use crate::lock;
 use crate::{DeviceError, ExecutionContext, GraphNode, Result};
-use cuda_core::Stream;
+use cuda_core::{Graph, Stream};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -45,4 +47,38 @@ impl Scope<'_> {
         let params = Arc::new(unsafe { node.read_params()? });
         Ok((out, ParamHandle { graph_id: self.graph_id, node, params, index: O::INDEX, _p: PhantomData }))
     }
+}
+
+/// Ends a capture if the closure unwinds, so the stream and context stay usable.
+struct EndOnUnwind<'a> {
+    stream: &'a Stream,
+    armed: bool,
+}
+
+impl Drop for EndOnUnwind<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // Discard whatever was recorded; the error (if any) cannot be reported from here.
+            let _ = self.stream.end_capture();
+        }
+    }
+}
+
+/// Records `f` into a graph on `stream`, with this thread's execution lock held (no nested
+/// execution inside `f`). Other threads are not blocked: `cuda-core` refuses their work on `stream`
+/// (and on buffers homed on it) while the capture is open.
+pub(crate) fn record<R>(
+    stream: &Stream,
+    options: &CaptureOptions,
+    id: u64,
+    f: impl FnOnce(&mut Scope<'_>) -> Result<R>,
+) -> Result<(Graph, R)> {
+    let _guard = lock::acquire("a graph capture started inside another op's execution")?;
+    stream.begin_capture(options.mode)?;
+    let mut end = EndOnUnwind { stream, armed: true };
+    let out = f(&mut Scope { stream, graph_id: id, _not_send: PhantomData });
+    end.armed = false;
+    let graph = stream.end_capture();
+    let out = out?;
+    Ok((graph?, out))
 }

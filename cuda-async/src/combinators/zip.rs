@@ -1,9 +1,9 @@
-//! Joining ops: tuples of ops (`zip!`) and vectors of ops (`join_all`).
+//! Tuples of ops (`zip!`): a tuple of ops is an op yielding the tuple of their outputs.
 //!
 //! Joined ops are executed in order on the one stream of the context, so they never race each
 //! other; the stream runs them back to back.
 
-use crate::{DeviceOp, ExecutionContext, Op, Result};
+use crate::{DeviceOp, ExecutionContext, GraphNode, Result};
 
 macro_rules! tuple_op {
     ($($n:ident),+) => {
@@ -39,20 +39,22 @@ macro_rules! zip {
     };
 }
 
-/// Runs every op of a vector in order. See [`join_all`].
-pub struct JoinAll<O>(Vec<O>);
-
-/// Joins any number of ops of one type into an op yielding the `Vec` of their outputs.
-pub fn join_all<O: DeviceOp>(ops: impl IntoIterator<Item = O>) -> Op<JoinAll<O>> {
-    Op(JoinAll(ops.into_iter().collect()))
+macro_rules! tuple_graph_node {
+    ($($n:ident),+) => {
+        // SAFETY: runs its elements, all GraphNodes, in order.
+        unsafe impl<$($n: GraphNode),+> GraphNode for ($($n,)+) {}
+    };
 }
-
-impl<O: DeviceOp> DeviceOp for JoinAll<O> {
-    type Output = Vec<O::Output>;
-    fn execute(self, ctx: &ExecutionContext<'_>) -> Result<Vec<O::Output>> {
-        self.0.into_iter().map(|op| op.execute(ctx)).collect()
-    }
-}
+tuple_graph_node!(A);
+tuple_graph_node!(A, B);
+tuple_graph_node!(A, B, C);
+tuple_graph_node!(A, B, C, D);
+tuple_graph_node!(A, B, C, D, E);
+tuple_graph_node!(A, B, C, D, E, F);
+tuple_graph_node!(A, B, C, D, E, F, G);
+tuple_graph_node!(A, B, C, D, E, F, G, H);
+tuple_graph_node!(A, B, C, D, E, F, G, H, I);
+tuple_graph_node!(A, B, C, D, E, F, G, H, I, J);
 
 /// Access to the first and last element of tuple outputs (for [`crate::DeviceOpExt::first`] and
 /// [`crate::DeviceOpExt::last`]).

@@ -234,11 +234,46 @@ impl Stream {
         crate::memory::join_unchecked(self, other)
     }
 
+    /// Queues work of another CUDA library (cuBLAS, cuBLASLt, NCCL, ...) on this stream, ordered
+    /// like a kernel launch with every other use of the buffers whose allocations are in `uses`:
+    /// joined with their home streams, or, while this thread captures the stream, recorded (the
+    /// graph keeps the allocations alive). `f` receives the raw stream handle.
+    ///
+    /// # Errors
+    /// [`Error::Capture`] if another thread is capturing the stream or a home stream of `uses` is
+    /// being captured from here; the error `f` returns; driver errors of the joins.
+    ///
+    /// # Safety
+    /// `f` must only queue asynchronous work on the given raw stream, and that work must touch
+    /// device memory only inside the allocations listed in `uses` (and write only memory the
+    /// caller holds exclusively, e.g. through `&mut DeviceBuffer`). It runs while this crate holds
+    /// the enqueue locks of the streams involved: it must not call methods of this crate on streams,
+    /// events or buffers (that would deadlock), must not drop buffers, must not synchronise or
+    /// block, and must not allocate or free stream-ordered memory on the stream.
+    pub unsafe fn enqueue_external<R>(
+        &self,
+        uses: &[&Arc<crate::memory::Allocation>],
+        f: impl FnOnce(sys::CUstream) -> Result<R>,
+    ) -> Result<R> {
+        if let Some(a) = uses.iter().find(|a| a.home_stream().device() != self.device()) {
+            return Err(Error::DeviceMismatch {
+                during: "queueing library work with a buffer of another device",
+                expected: self.device().ordinal(),
+                actual: a.home_stream().device().ordinal(),
+            });
+        }
+        self.inner.device.bind()?;
+        let raw = self.raw();
+        crate::memory::ordered_on(self, uses, || f(raw))
+    }
+
     /// Queues `f` to run on a driver thread once all earlier work on this stream has finished.
     ///
     /// # Safety
     /// `f` must not call any CUDA API function (the driver forbids it from host callbacks: it may
-    /// deadlock or fail) and must not block for long, since it stalls the stream.
+    /// deadlock or fail), neither when it runs nor when it and what it captured are dropped (also
+    /// on the driver's thread: do not capture buffers, streams or events), and must not block for
+    /// long, since it stalls the stream.
     pub unsafe fn launch_host_fn<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<()> {
         unsafe extern "C" fn trampoline<F: FnOnce() + Send + 'static>(data: *mut c_void) {
             // SAFETY: `data` is the Box<F> leaked below, handed to the driver exactly once; the

@@ -15,3 +15,9 @@ macro_rules! impl_repr {
     )*};
 }
 impl_repr!(u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, usize, isize, f32, f64);
+
+// SAFETY: 16-bit IEEE binary16 / bfloat16 (`half`): `#[repr(transparent)]` over `u16`, every bit
+// pattern is a valid value (NaNs included).
+unsafe impl DeviceRepr for half::f16 {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for half::bf16 {}

@@ -13,6 +13,10 @@ pub enum DeviceError {
     /// A scheduling policy could not provide a stream (e.g. a pool of size 0).
     #[error("scheduling error: {0}")]
     Scheduling(String),
+    /// The API was used in a way it does not allow (a parameter handle of another graph, warm-up
+    /// runs without a re-buildable op, a future polled after completion, ...). Nothing was queued.
+    #[error("misuse: {0}")]
+    Misuse(String),
     /// An op was executed from inside another op's execution on the same thread (e.g. `sync_on`
     /// inside a `then` closure), or while a graph capture scope holds the execution lock.
     #[error("execution lock violation: {0}")]

@@ -20,6 +20,15 @@ pub trait DeviceOpExt: DeviceOp + Sized {
     /// Runs the op on `stream` and blocks until its work has completed.
     /// Errors: the op's own errors, a driver error from the synchronize (e.g. a kernel fault), or
     /// [`crate::DeviceError::Lock`] when called from inside another op's execution.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_async::Result<()> {
+    /// use cuda_async::{memory, DeviceOpExt};
+    /// let s = cuda_core::Stream::new(&cuda_core::Device::new(0)?)?;
+    /// let buf = memory::full(1 << 20, 2.5f32).sync_on(&s)?; // allocated and filled on `s`
+    /// assert_eq!(buf.len(), 1 << 20);
+    /// # Ok(()) }
+    /// ```
     fn sync_on(self, stream: &Stream) -> Result<Self::Output> {
         let out = execute_locked(self, stream, "sync_on called inside another op's execution")?;
         stream.synchronize()?;
@@ -27,6 +36,18 @@ pub trait DeviceOpExt: DeviceOp + Sized {
     }
 
     /// Runs the op on a stream chosen by the default policy and blocks until it has completed.
+    ///
+    /// # Errors
+    /// As for [`DeviceOpExt::sync_on`], plus a scheduling error if the default policy has no
+    /// stream (no GPU).
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_async::Result<()> {
+    /// use cuda_async::{memory, DeviceOpExt};
+    /// let ones = memory::ones::<f64>(8).then(memory::to_host).sync()?;
+    /// assert_eq!(ones.as_slice()?, &[1.0; 8]);
+    /// # Ok(()) }
+    /// ```
     fn sync(self) -> Result<Self::Output> {
         let stream = scheduling::default_policy()?.next_stream()?;
         let out = execute_locked(self, &stream, "sync called inside another op's execution")?;
@@ -54,12 +75,44 @@ pub trait DeviceOpExt: DeviceOp + Sized {
 
     /// A future that runs the op on `stream` when first polled and resolves once its work has
     /// completed, without blocking the executor thread.
+    ///
+    /// ```no_run
+    /// # async fn demo(s: cuda_core::Stream) -> cuda_async::Result<()> {
+    /// use cuda_async::{memory, DeviceOpExt};
+    /// let buf = memory::zeros::<u32>(256).on(&s).await?; // the executor thread never blocks
+    /// # Ok(()) }
+    /// ```
     fn on(self, stream: &Stream) -> DeviceFuture<Self> {
         DeviceFuture::on_stream(self, stream.clone())
     }
 
     /// Captures the op into a replayable graph on `stream` (nothing runs). See
     /// [`crate::CudaGraph::capture`].
+    ///
+    /// # Errors
+    /// Capture errors (the stream is already being captured, or the op did something a capture
+    /// refuses) and driver errors from instantiation.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_async::Result<()> {
+    /// use cuda_async::{memory, DeviceOpExt};
+    /// use cuda_core::{Device, DeviceBuffer, Stream};
+    /// let s = Stream::new(&Device::new(0)?)?;
+    /// let (src, dst) = (DeviceBuffer::filled(&s, 64, 1u32)?, DeviceBuffer::zeros(&s, 64)?);
+    /// let graph = memory::copy(&src, dst).graph_on(&s)?; // recorded, not run
+    /// graph.launch().sync_on(&s)?;                        // now it runs
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Only [`GraphNode`] ops can be recorded: an allocating op does not compile.
+    ///
+    /// ```compile_fail
+    /// # fn main() -> cuda_async::Result<()> {
+    /// use cuda_async::{memory, DeviceOpExt};
+    /// let s = cuda_core::Stream::new(&cuda_core::Device::new(0)?)?;
+    /// let graph = memory::zeros::<f32>(64).graph_on(&s)?; // error: `Full<f32>` is not a GraphNode
+    /// # Ok(()) }
+    /// ```
     fn graph_on(self, stream: &Stream) -> Result<crate::CudaGraph<Self::Output>>
     where
         Self: GraphNode,
@@ -84,6 +137,15 @@ pub trait DeviceOpExt: DeviceOp + Sized {
     }
 
     /// Runs `f` on the output and then the op it returns, on the same stream, in order.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_async::Result<()> {
+    /// use cuda_async::{memory, DeviceOpExt};
+    /// // Allocate, then fill the new buffer: both on one stream, in order.
+    /// let b = memory::zeros::<f32>(16).then(|b| memory::fill(b, 2.0)).sync()?;
+    /// assert_eq!(b.to_vec()?, vec![2.0; 16]);
+    /// # Ok(()) }
+    /// ```
     fn then<F, B>(self, f: F) -> Op<crate::combinators::Then<Self, F>>
     where
         F: FnOnce(Self::Output) -> B + Send,
@@ -93,6 +155,14 @@ pub trait DeviceOpExt: DeviceOp + Sized {
     }
 
     /// Transforms the output on the host (at enqueue time, not after the GPU work).
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_async::Result<()> {
+    /// use cuda_async::{memory, DeviceOpExt};
+    /// let len = memory::zeros::<f32>(100).map(|b| b.len()).sync()?;
+    /// assert_eq!(len, 100);
+    /// # Ok(()) }
+    /// ```
     fn map<F, U>(self, f: F) -> Op<crate::combinators::Map<Self, F>>
     where
         F: FnOnce(Self::Output) -> U + Send,
@@ -130,6 +200,17 @@ pub trait DeviceOpExt: DeviceOp + Sized {
     }
 
     /// Erases the op's type.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_async::Result<()> {
+    /// use cuda_async::{memory, DeviceOpExt, Op};
+    /// use cuda_async::combinators::BoxedOp;
+    /// let ops: Vec<Op<BoxedOp<'static, cuda_core::DeviceBuffer<f32>>>> =
+    ///     vec![memory::zeros(4).boxed(), memory::ones(4).boxed()];
+    /// let bufs = cuda_async::join_all(ops).sync()?;
+    /// assert_eq!(bufs.len(), 2);
+    /// # Ok(()) }
+    /// ```
     fn boxed<'a>(self) -> Op<crate::combinators::BoxedOp<'a, Self::Output>>
     where
         Self: 'a,

@@ -119,7 +119,7 @@ impl<O: DeviceOp> Future for DeviceFuture<O> {
             }
         }
         let State::Submitted(_, completion) = &this.state else {
-            return Poll::Ready(Err(DeviceError::Scheduling("DeviceFuture polled after completion".into())));
+            return Poll::Ready(Err(DeviceError::Misuse("DeviceFuture polled after completion".into())));
         };
         if completion.poll_complete(cx).is_pending() {
             return Poll::Pending;

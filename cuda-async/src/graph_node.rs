@@ -12,6 +12,12 @@ use crate::{DeviceOp, Op};
 /// Implementors must queue no stream-ordered allocation or free (`cuMemAllocAsync`,
 /// `cuMemFreeAsync`), no synchronisation and no host-blocking call when executed, and must only
 /// combine inner ops that are themselves `GraphNode`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be recorded into a CUDA graph: it is not a `GraphNode`",
+    label = "this op may allocate, free or synchronise (or wraps one that does), which a graph cannot replay",
+    note = "allocate buffers before the capture and pass them in (`&buf`, `&mut buf`); allocating ops such as `zeros`, `from_host`, `to_host` and `dup` are not GraphNodes",
+    note = "a typed launcher is a GraphNode only when every argument op is one"
+)]
 pub unsafe trait GraphNode: DeviceOp {}
 
 // SAFETY: delegates to the inner op, which is a GraphNode.

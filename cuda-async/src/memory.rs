@@ -2,6 +2,24 @@
 //!
 //! `zeros`, `ones`, `full`, `from_host`, `to_host` and `dup` allocate, so they are **not**
 //! [`GraphNode`]s. `copy` (between existing buffers) and `fill` (of an existing buffer) are.
+//!
+//! Every op here fails with the `cuda-core` error of the allocation or copy it queues (out of
+//! memory, a capturing stream, a length mismatch) when executed; building one never fails.
+//!
+//! ```no_run
+//! # fn main() -> cuda_async::Result<()> {
+//! use cuda_async::{memory, zip, DeviceOpExt};
+//! let x = memory::from_host(vec![1.0f32, 2.0, 3.0]);
+//! let y = memory::full(3, 0.5f32);
+//! let (x, mut y) = zip!(x, y).sync()?;
+//! memory::copy(&x, &mut y).sync()?;                 // y = x
+//! memory::fill(&mut y, 7.0f32).sync()?;              // y = 7
+//! let back = memory::to_host(&y).sync()?;            // pinned host copy
+//! assert_eq!(back.as_slice()?, &[7.0; 3]);
+//! let z = memory::dup(&x).sync()?;                   // a new buffer equal to x
+//! assert_eq!(z.to_vec()?, vec![1.0, 2.0, 3.0]);
+//! # Ok(()) }
+//! ```
 
 use crate::args::{BufferMut, BufferRef, IntoBufferOp};
 use crate::{DeviceError, DeviceOp, ExecutionContext, GraphNode, Op, Result};
@@ -102,7 +120,7 @@ fn zero<T: DeviceRepr>() -> T {
 }
 
 /// Copies one buffer into another existing one. See [`copy`].
-pub struct Copy<T, S, D> {
+pub struct CopyBuffer<T, S, D> {
     src: S,
     dst: D,
     _t: PhantomData<fn() -> T>,
@@ -113,14 +131,14 @@ pub struct Copy<T, S, D> {
 pub fn copy<T: DeviceRepr, S: IntoBufferOp<T>, D: IntoBufferOp<T>>(
     src: S,
     dst: D,
-) -> Op<Copy<T, S::Op, D::Op>>
+) -> Op<CopyBuffer<T, S::Op, D::Op>>
 where
     D::Out: BufferMut<T>,
 {
-    Op(Copy { src: src.into_buffer_op(), dst: dst.into_buffer_op(), _t: PhantomData })
+    Op(CopyBuffer { src: src.into_buffer_op(), dst: dst.into_buffer_op(), _t: PhantomData })
 }
 
-impl<T: DeviceRepr, S, D> DeviceOp for Copy<T, S, D>
+impl<T: DeviceRepr, S, D> DeviceOp for CopyBuffer<T, S, D>
 where
     S: DeviceOp,
     S::Output: BufferRef<T>,
@@ -144,7 +162,7 @@ where
 }
 
 // SAFETY: a device-to-device copy between existing buffers; argument ops are GraphNodes.
-unsafe impl<T: DeviceRepr, S, D> GraphNode for Copy<T, S, D>
+unsafe impl<T: DeviceRepr, S, D> GraphNode for CopyBuffer<T, S, D>
 where
     S: GraphNode,
     S::Output: BufferRef<T>,

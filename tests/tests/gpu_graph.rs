@@ -89,8 +89,8 @@ fn is_lock(e: &Option<DeviceError>) -> bool {
     matches!(e, Some(DeviceError::Lock(_)))
 }
 
-fn is_scheduling(e: &Option<DeviceError>) -> bool {
-    matches!(e, Some(DeviceError::Scheduling(_)))
+fn is_misuse(e: &Option<DeviceError>) -> bool {
+    matches!(e, Some(DeviceError::Misuse(_)))
 }
 
 /// (1) Real kernels recorded through `scope`, `graph_on` and `capture` run only when the graph is
@@ -604,7 +604,7 @@ fn warmup_runs() -> TestResult {
     let mut z = DeviceBuffer::filled(&s, n, POISON_F32)?;
     let e = CudaGraph::capture_with(&s, CaptureOptions::default().warmup_runs(1), ops::fill(&mut z, 1.0f32))
         .err();
-    ensure(is_scheduling(&e), format!("capture_with must refuse warm-up runs: {e:?}"))?;
+    ensure(is_misuse(&e), format!("capture_with must refuse warm-up runs: {e:?}"))?;
     ensure(
         s.capture_status()? == CaptureStatus::None && all_nan(&z.to_vec()?),
         "nothing ran or was captured",
@@ -729,9 +729,9 @@ fn param_handles() -> TestResult {
     let other = CudaGraph::scope(&s, |sc| Ok(sc.record_param(ops::scale(&x, 3.0f32, &mut w))?.1))?;
     let ho = other.output().cloned().ok_or("no handle")?;
     let e = g.set_param(&ho, 9.0).err();
-    ensure(is_scheduling(&e), format!("a handle of another graph must be refused: {e:?}"))?;
+    ensure(is_misuse(&e), format!("a handle of another graph must be refused: {e:?}"))?;
     let e = other.set_param(&hs, 9.0).err();
-    ensure(is_scheduling(&e), format!("a handle of another graph must be refused: {e:?}"))?;
+    ensure(is_misuse(&e), format!("a handle of another graph must be refused: {e:?}"))?;
     g.launch().sync_on(&s)?;
     context("refused handles changed nothing", assert_close(&y.to_vec()?, &affine(&xh, a1, 0.0), 1e-6))?;
     let z3: Vec<f64> =
@@ -751,7 +751,7 @@ fn param_handles() -> TestResult {
     })
     .err();
     ensure(
-        matches!(&e, Some(DeviceError::Scheduling(m)) if m.contains("record_param")),
+        matches!(&e, Some(DeviceError::Misuse(m)) if m.contains("record_param")),
         format!("record_param with nothing launched: {e:?}"),
     )?;
     let e = CudaGraph::<()>::scope(&s, |sc| {
@@ -761,7 +761,7 @@ fn param_handles() -> TestResult {
     })
     .err();
     ensure(
-        matches!(&e, Some(DeviceError::Scheduling(m)) if m.contains("record_param")),
+        matches!(&e, Some(DeviceError::Misuse(m)) if m.contains("record_param")),
         format!("record_param after another kernel, with nothing launched: {e:?}"),
     )?;
     ensure(s.capture_status()? == CaptureStatus::None, "captures ended")?;
@@ -887,7 +887,7 @@ fn recapture_paths() -> TestResult {
     let path = gp.recapture_scope(|sc| Ok(sc.record_param(ops::scale(&x, 4.0f32, &mut y))?.1))?;
     ensure(path == RecapturePath::Updated, format!("handles graph, same topology: {path:?}"))?;
     let e = gp.set_param(&h0, 5.0).err();
-    ensure(is_scheduling(&e), format!("a handle from before an update must be refused: {e:?}"))?;
+    ensure(is_misuse(&e), format!("a handle from before an update must be refused: {e:?}"))?;
     gp.launch().sync_on(&s)?;
     context("the recaptured factor", assert_close(&y.to_vec()?, &affine(&xh, 4.0, 0.0), 1e-6))?;
     let path = gp.recapture_scope(|sc| {
@@ -896,7 +896,7 @@ fn recapture_paths() -> TestResult {
     })?;
     ensure(matches!(path, RecapturePath::Reinstantiated { .. }), format!("new topology: {path:?}"))?;
     let e = gp.set_param(&h0, 5.0).err();
-    ensure(is_scheduling(&e), format!("a handle from before a reinstantiation must be refused: {e:?}"))?;
+    ensure(is_misuse(&e), format!("a handle from before a reinstantiation must be refused: {e:?}"))?;
     let h2 = gp.output().cloned().ok_or("no handle")?;
     gp.set_param(&h2, 7.0)?;
     gp.launch().sync_on(&s)?;

@@ -6,6 +6,14 @@ use crate::{DeviceOp, ExecutionContext, GraphNode, Op, Result};
 pub struct JoinAll<O>(Vec<O>);
 
 /// Joins any number of ops of one type into an op yielding the `Vec` of their outputs.
+///
+/// ```no_run
+/// # fn main() -> cuda_async::Result<()> {
+/// use cuda_async::{join_all, memory, DeviceOpExt};
+/// let bufs = join_all((0..4).map(|i| memory::full(16, i as f32))).sync()?;
+/// assert_eq!(bufs.len(), 4);
+/// # Ok(()) }
+/// ```
 pub fn join_all<O: DeviceOp>(ops: impl IntoIterator<Item = O>) -> Op<JoinAll<O>> {
     Op(JoinAll(ops.into_iter().collect()))
 }

@@ -181,7 +181,7 @@ where
             }
             State::Failed(e) => Err(DeviceError::Shared(e.clone())),
             State::Poisoned | State::NotRun(_) | State::Running => Err(DeviceError::Shared(Arc::new(
-                DeviceError::Scheduling("the shared op's producer panicked".into()),
+                DeviceError::Misuse("the shared op's producer panicked".into()),
             ))),
         }
     }

@@ -32,6 +32,14 @@ tuple_op!(A, B, C, D, E, F, G, H, I, J);
 
 /// Joins up to 10 ops into one op yielding the tuple of their outputs:
 /// `zip!(a, b, c).sync()? == (a_out, b_out, c_out)`.
+///
+/// ```no_run
+/// # fn main() -> cuda_async::Result<()> {
+/// use cuda_async::{memory, zip, DeviceOpExt};
+/// let (a, b) = zip!(memory::zeros::<f32>(8), memory::ones::<f32>(8)).sync()?;
+/// assert_eq!((a.len(), b.len()), (8, 8));
+/// # Ok(()) }
+/// ```
 #[macro_export]
 macro_rules! zip {
     ($($op:expr),+ $(,)?) => {

@@ -45,6 +45,9 @@ impl GraphBodyExt for GraphBody<'_> {
 
 impl CudaGraph<()> {
     /// Instantiates and uploads an explicitly built `graph` on `stream` (where `update` runs).
+    ///
+    /// # Errors
+    /// Driver errors from instantiation or upload.
     pub fn from_graph(stream: &Stream, graph: Graph, options: CaptureOptions) -> Result<Self> {
         Self::build(stream, options, graph, (), NEXT_ID.fetch_add(1, Ordering::Relaxed))
     }
@@ -55,6 +58,9 @@ impl<T> CudaGraph<T> {
     /// reports the driver's verdict: [`cuda_core::ExecUpdate::Updated`], or `Refused` naming why
     /// and which kind of node. On refusal nothing changes. Parameter handles stop working after an
     /// update.
+    ///
+    /// # Errors
+    /// Driver errors other than the refusal (which is reported as `Ok(Refused)`).
     pub fn update_from(&mut self, graph: Graph) -> Result<cuda_core::ExecUpdate> {
         let verdict = self.exec.update(&graph)?;
         if verdict == cuda_core::ExecUpdate::Updated {
@@ -87,6 +93,17 @@ pub struct GraphPool {
 
 impl GraphPool {
     /// A new pool on `device`.
+    ///
+    /// # Errors
+    /// Driver errors creating the pool's stream.
+    ///
+    /// ```no_run
+    /// # fn demo(mut a: cuda_async::CudaGraph<()>, mut b: cuda_async::CudaGraph<()>) -> cuda_async::Result<()> {
+    /// let pool = cuda_async::GraphPool::new(&cuda_core::Device::new(0)?)?;
+    /// a.join_pool(&pool);
+    /// b.join_pool(&pool); // replays of `a` and `b` never overlap, from any thread or stream
+    /// # Ok(()) }
+    /// ```
     pub fn new(device: &Device) -> Result<Self> {
         Ok(GraphPool { stream: Stream::new(device)? })
     }

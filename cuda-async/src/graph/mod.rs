@@ -100,25 +100,34 @@ impl<T> CudaGraph<T> {
 
     /// Captures `op` on `stream` with default [`CaptureOptions`]: records it (nothing runs),
     /// instantiates and uploads the graph.
+    ///
+    /// # Errors
+    /// As for [`CudaGraph::scope`].
     pub fn capture<O: GraphNode<Output = T>>(stream: &Stream, op: O) -> Result<Self> {
         Self::capture_with(stream, CaptureOptions::default(), op)
     }
 
     /// Like [`CudaGraph::capture`] with `options`. Warm-up runs need an op that can be built again:
     /// use [`CudaGraph::capture_fn`]; here `warmup_runs > 0` is an error.
+    ///
+    /// # Errors
+    /// [`DeviceError::Misuse`] if `options.warmup_runs > 0`; otherwise as for [`CudaGraph::scope`].
     pub fn capture_with<O: GraphNode<Output = T>>(
         stream: &Stream,
         options: CaptureOptions,
         op: O,
     ) -> Result<Self> {
         if options.warmup_runs > 0 {
-            return Err(DeviceError::Scheduling("warm-up runs need CudaGraph::capture_fn".into()));
+            return Err(DeviceError::Misuse("warm-up runs need CudaGraph::capture_fn".into()));
         }
         Self::scope_with(stream, options, |s| s.record(op))
     }
 
     /// Runs `make()` normally `options.warmup_runs` times on `stream` (waiting for each), then
     /// captures `make()`.
+    ///
+    /// # Errors
+    /// Errors of the warm-up runs; otherwise as for [`CudaGraph::scope`].
     pub fn capture_fn<O: GraphNode<Output = T>>(
         stream: &Stream,
         options: CaptureOptions,
@@ -167,6 +176,9 @@ impl<T> CudaGraph<T> {
     }
 
     /// [`CudaGraph::scope`] with `options` (`warmup_runs` is ignored: a closure runs once).
+    ///
+    /// # Errors
+    /// As for [`CudaGraph::scope`].
     pub fn scope_with(
         stream: &Stream,
         options: CaptureOptions,
@@ -180,6 +192,19 @@ impl<T> CudaGraph<T> {
     /// Queues one replay on `stream` and returns without waiting. Safe: a replay yields nothing
     /// to the host, its buffers are kept alive by the graph, and every later use of them (reads
     /// included) is ordered after it.
+    ///
+    /// # Errors
+    /// [`DeviceError::Lock`] inside another op's execution; capture errors (another thread is
+    /// capturing `stream`, or a buffer's home stream is being captured); driver errors.
+    ///
+    /// ```no_run
+    /// # fn demo(graph: &cuda_async::CudaGraph<()>, s: &cuda_core::Stream) -> cuda_async::Result<()> {
+    /// for _ in 0..100 {
+    ///     graph.enqueue(s)?; // no host wait between replays
+    /// }
+    /// s.synchronize()?;
+    /// # Ok(()) }
+    /// ```
     pub fn enqueue(&self, stream: &Stream) -> Result<()>
     where
         T: Sync,
@@ -188,6 +213,25 @@ impl<T> CudaGraph<T> {
     }
 
     /// One replay as an op. It borrows the graph, so it cannot outlive it.
+    ///
+    /// ```no_run
+    /// # async fn demo(graph: cuda_async::CudaGraph<()>) -> cuda_async::Result<()> {
+    /// graph.launch().await?; // awaited from an async task: the executor thread never blocks
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The replay borrows the graph, so it cannot outlive it:
+    ///
+    /// ```compile_fail
+    /// # fn demo(s: &cuda_core::Stream, b: &mut cuda_core::DeviceBuffer<f32>) -> cuda_async::Result<()> {
+    /// use cuda_async::{memory, DeviceOpExt};
+    /// let replay = {
+    ///     let graph = memory::fill(b, 1.0f32).graph_on(s)?;
+    ///     graph.launch() // error: `graph` does not live long enough
+    /// };
+    /// replay.sync_on(s)?;
+    /// # Ok(()) }
+    /// ```
     pub fn launch(&self) -> Op<Launch<'_, T>>
     where
         T: Sync,
@@ -208,6 +252,21 @@ impl<T> CudaGraph<T> {
     /// Executes `op` (typically a copy into one of the graph's input buffers) on the graph's
     /// stream without waiting. Like every buffer use, it is ordered after replays already queued and
     /// before replays queued later, whichever streams they run on.
+    ///
+    /// # Errors
+    /// The op's errors; [`DeviceError::Lock`] inside another op's execution.
+    ///
+    /// ```no_run
+    /// # fn demo(s: &cuda_core::Stream) -> cuda_async::Result<()> {
+    /// use cuda_async::{memory, CudaGraph, DeviceOpExt};
+    /// use cuda_core::DeviceBuffer;
+    /// let mut input = DeviceBuffer::zeros(s, 4)?;
+    /// let output = DeviceBuffer::zeros(s, 4)?;
+    /// let graph = memory::copy(&input, output).graph_on(s)?;
+    /// graph.update(memory::copy(&DeviceBuffer::from_host(s, &[1.0f32; 4])?, &mut input))?;
+    /// graph.launch().sync_on(s)?; // sees the new input
+    /// # Ok(()) }
+    /// ```
     pub fn update<O: DeviceOp>(&self, op: O) -> Result<O::Output> {
         execute_locked(op, &self.stream, "CudaGraph::update inside another op's execution")
     }
@@ -230,9 +289,13 @@ impl<T> CudaGraph<T> {
     /// Sets a tunable kernel parameter for future replays (`cuGraphExecKernelNodeSetParams`);
     /// replays already queued are unaffected. The handle must come from this graph's current
     /// capture.
+    ///
+    /// # Errors
+    /// [`DeviceError::Misuse`] for a handle of another graph or of an earlier capture; driver
+    /// errors (e.g. a size mismatch the driver detects).
     pub fn set_param<P: cuda_core::DeviceRepr>(&self, handle: &ParamHandle<P>, value: P) -> Result<()> {
         if handle.graph_id != self.id {
-            return Err(DeviceError::Scheduling(
+            return Err(DeviceError::Misuse(
                 "the parameter handle belongs to another graph or capture".into(),
             ));
         }
@@ -247,11 +310,17 @@ impl<T> CudaGraph<T> {
     /// Records `op` again and applies it: in place with `cuGraphExecUpdate` when the topology is
     /// unchanged, otherwise by instantiating anew. Returns which path was taken. Parameter handles
     /// of the previous capture stop working either way.
+    ///
+    /// # Errors
+    /// As for [`CudaGraph::scope`].
     pub fn recapture<O: GraphNode<Output = T>>(&mut self, op: O) -> Result<RecapturePath> {
         self.recapture_scope(|s| s.record(op))
     }
 
     /// [`CudaGraph::recapture`] with a scope closure.
+    ///
+    /// # Errors
+    /// As for [`CudaGraph::scope`].
     pub fn recapture_scope(&mut self, f: impl FnOnce(&mut Scope<'_>) -> Result<T>) -> Result<RecapturePath> {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let (graph, output) = record(&self.stream, &self.options, id, f)?;
@@ -275,6 +344,9 @@ impl<T> CudaGraph<T> {
 
     /// Drops the executable graph and captures `op` anew, always instantiating (flodl's `reset`
     /// followed by a capture). Parameter handles of the previous capture stop working.
+    ///
+    /// # Errors
+    /// As for [`CudaGraph::scope`].
     pub fn reset_and_recapture<O: GraphNode<Output = T>>(&mut self, op: O) -> Result<()> {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let (graph, output) = record(&self.stream, &self.options, id, |s| s.record(op))?;

@@ -8,6 +8,47 @@ use std::future::Future;
 /// `forward` runs one pass and returns its output once complete; `forward_async` does the same as
 /// a future that never blocks the executor (the replay is awaited). Implementations own their
 /// graph, weights and activation buffers; `&mut self` serialises passes over them.
+///
+/// # Examples
+///
+/// A model whose forward pass is one replay: the input is copied into the graph's input buffer
+/// (ordered before the replay), the replay runs, and the output buffer is read back (ordered
+/// after it).
+///
+/// ```no_run
+/// use cuda_async::{memory, CudaGraph, DeviceOpExt, Module, Result};
+/// use cuda_core::{DeviceBuffer, Stream};
+///
+/// struct Echo {
+///     stream: Stream,
+///     input: DeviceBuffer<f32>,
+///     graph: CudaGraph<DeviceBuffer<f32>>, // its output: the buffer every replay writes
+/// }
+///
+/// impl Echo {
+///     fn new(stream: Stream, n: usize) -> Result<Self> {
+///         let input = DeviceBuffer::zeros(&stream, n)?;
+///         let output = DeviceBuffer::zeros(&stream, n)?;
+///         let graph = memory::copy(&input, output).graph_on(&stream)?;
+///         Ok(Echo { stream, input, graph })
+///     }
+/// }
+///
+/// impl Module for Echo {
+///     type Input = Vec<f32>;
+///     type Output = Vec<f32>;
+///     fn forward(&mut self, x: Vec<f32>) -> Result<Vec<f32>> {
+///         self.input.copy_from_host(&self.stream, &x)?; // ordered before the replay
+///         self.graph.launch().sync_on(&self.stream)?;
+///         Ok(self.graph.output().expect("recorded output").to_vec()?)
+///     }
+///     async fn forward_async(&mut self, x: Vec<f32>) -> Result<Vec<f32>> {
+///         self.input.copy_from_host(&self.stream, &x)?;
+///         self.graph.launch().on(&self.stream).await?; // never blocks the executor
+///         Ok(self.graph.output().expect("recorded output").to_vec()?)
+///     }
+/// }
+/// ```
 pub trait Module {
     /// What a pass consumes (e.g. a host batch).
     type Input;
@@ -15,9 +56,15 @@ pub trait Module {
     type Output;
 
     /// Runs one forward pass and blocks until its result is ready.
+    ///
+    /// # Errors
+    /// Whatever the implementation's ops and copies return.
     fn forward(&mut self, input: Self::Input) -> Result<Self::Output>;
 
     /// Runs one forward pass; the future resolves once the result is ready, without blocking the
     /// executor thread.
+    ///
+    /// # Errors
+    /// As for [`Module::forward`].
     fn forward_async(&mut self, input: Self::Input) -> impl Future<Output = Result<Self::Output>> + Send;
 }

@@ -17,17 +17,35 @@ pub struct DeviceScalar<T: DeviceRepr> {
 
 impl<T: DeviceRepr> DeviceScalar<T> {
     /// A scalar on `stream` (its home stream) holding `value`.
+    ///
+    /// # Errors
+    /// Allocation and copy errors (e.g. [`cuda_core::Error::Capture`] on a capturing stream).
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_async::Result<()> {
+    /// let s = cuda_core::Stream::new(&cuda_core::Device::new(0)?)?;
+    /// let mut step = cuda_async::DeviceScalar::new(&s, 0u32)?;
+    /// step.set(41)?; // seen by every replay queued after this
+    /// assert_eq!(step.get()?, 41);
+    /// # Ok(()) }
+    /// ```
     pub fn new(stream: &Stream, value: T) -> Result<Self> {
         Ok(DeviceScalar { buf: DeviceBuffer::from_host(stream, &[value])? })
     }
 
     /// Queues a write of `value` (a 1-element copy on the home stream); returns once staged.
+    ///
+    /// # Errors
+    /// Copy errors (e.g. the home stream is being captured).
     pub fn set(&mut self, value: T) -> Result<()> {
         let home = self.buf.home_stream().clone();
         Ok(self.buf.copy_from_host(&home, &[value])?)
     }
 
     /// Reads the value (blocking, ordered after every queued write and replay that uses it).
+    ///
+    /// # Errors
+    /// Copy errors; errors of the GPU work the read waits for.
     pub fn get(&self) -> Result<T> {
         let mut v = [self.buf_zero()];
         self.buf.copy_to_host(self.buf.home_stream(), &mut v)?;

@@ -13,6 +13,11 @@ use std::sync::Arc;
 /// It accepts only [`GraphNode`] ops (no allocation, free or synchronisation can be recorded), and
 /// consumes each one, so a buffer written by one `record` can be read by the next. It is neither
 /// `Send` nor `Sync`: it cannot leave the capturing thread, whose capture it belongs to.
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>() {}
+/// assert_send::<cuda_async::graph::Scope<'static>>(); // error: `*const ()` cannot be sent
+/// ```
 pub struct Scope<'s> {
     pub(crate) stream: &'s Stream,
     pub(crate) graph_id: u64,
@@ -22,18 +27,25 @@ pub struct Scope<'s> {
 impl Scope<'_> {
     /// Records `op` into the graph and returns its output (handles to the buffers the graph will
     /// read and write on every replay).
+    ///
+    /// # Errors
+    /// The op's errors, e.g. capture refusals of `cuda-core`.
     pub fn record<O: GraphNode>(&mut self, op: O) -> Result<O::Output> {
         op.execute(&ExecutionContext::new(self.stream))
     }
 
     /// Records `op` and returns, with its output, a handle that changes its tunable kernel
     /// parameter in the instantiated graph without recapture.
+    ///
+    /// # Errors
+    /// [`DeviceError::Misuse`] if the op's last recorded work is not a launch of its kernel; the
+    /// op's errors; driver errors.
     pub fn record_param<O: TunableParam>(&mut self, op: O) -> Result<(O::Output, ParamHandle<O::Param>)> {
         let expected = O::function(self.stream.device())?;
         let before = self.stream.last_captured_kernel_node()?;
         let out = self.record(op)?;
         let not_it =
-            || DeviceError::Scheduling("record_param: the op's last recorded work is not its kernel".into());
+            || DeviceError::Misuse("record_param: the op's last recorded work is not its kernel".into());
         let node = self.stream.last_captured_kernel_node()?.ok_or_else(not_it)?;
         if Some(node) == before {
             // The op recorded nothing (e.g. empty buffers): the frontier is an earlier node.

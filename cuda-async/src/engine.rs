@@ -1,27 +1,25 @@
-//! The completion engine: one library-owned thread that learns when awaited GPU work has
-//! finished, and wakes the waiting futures from there.
+//! The completion engine: one library-owned thread per device that learns when awaited GPU work
+//! has finished, and wakes the waiting futures from there.
 //!
 //! A future that is still pending after its first poll hands an event recorded behind its work and
-//! its [`Completion`] to the engine. The engine thread (`cuda-async-completion`, started on first
-//! use) polls the events of every pending op in each sweep and completes those that finished, in a
-//! batch. **Wakers therefore run on this thread, never inside a CUDA driver callback**: a waker (or
+//! its [`Completion`] to the engine of the event's device. The engine thread
+//! (`cuda-async-completion`, started on first use) polls the events of every pending op in each
+//! sweep and completes those that finished, in a batch. **Wakers therefore run on this thread, never inside a CUDA driver callback**: a waker (or
 //! the task it runs inline) may call CUDA, drop buffers, or block briefly without deadlocking the
 //! driver. No host-function callback is queued on the stream at all.
 //!
 //! While ops are pending the thread polls continuously (yielding between sweeps) for a short
-//! while after the last completion, then backs off to sleeps of growing length; with nothing
-//! pending it parks on a condition variable. An event whose query fails (a faulted kernel, a dead
+//! while after the last completion, then backs off to sleeps of growing length
+//! ([`crate::scheduling::CompletionPolicy`]); with nothing pending it parks on a condition
+//! variable. An event whose query fails (a faulted kernel, a dead
 //! context) completes its op with that error's code.
 
 use crate::completion::Completion;
+use crate::scheduling::completion_policy;
 use cuda_core::PooledEvent;
+use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-
-/// How long the engine keeps polling without sleeping after the last completion it saw.
-const HOT: Duration = Duration::from_millis(2);
-/// The longest sleep between sweeps when nothing has completed for a while.
-const MAX_NAP: Duration = Duration::from_micros(500);
 
 struct Pending {
     event: PooledEvent,
@@ -33,19 +31,24 @@ struct Engine {
     wake: Condvar,
 }
 
-fn engine() -> Option<&'static Engine> {
-    static E: OnceLock<Option<&'static Engine>> = OnceLock::new();
-    *E.get_or_init(|| {
-        let e: &'static Engine =
-            Box::leak(Box::new(Engine { inbox: Mutex::new(Vec::new()), wake: Condvar::new() }));
-        std::thread::Builder::new().name("cuda-async-completion".into()).spawn(move || run(e)).ok().map(|_| e)
-    })
+/// The engine of device `ordinal`, started on first use (`None` if its thread cannot start).
+fn engine(ordinal: usize) -> Option<&'static Engine> {
+    static E: OnceLock<Mutex<HashMap<usize, &'static Engine>>> = OnceLock::new();
+    let mut map = E.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = map.get(&ordinal) {
+        return Some(e);
+    }
+    let e: &'static Engine = Box::leak(Box::new(Engine { inbox: Mutex::new(Vec::new()), wake: Condvar::new() }));
+    std::thread::Builder::new().name("cuda-async-completion".into()).spawn(move || run(e)).ok()?;
+    map.insert(ordinal, e);
+    Some(e)
 }
 
-/// Completes `completion` (waking its waker, on the engine thread) once `event` has completed or
-/// failed. If the engine thread cannot be started, waits for the event on this thread.
+/// Completes `completion` (waking its waker, on the engine thread of the event's device) once
+/// `event` has completed or failed. If the engine thread cannot be started, waits for the event on
+/// this thread.
 pub(crate) fn watch(event: PooledEvent, completion: Arc<Completion>) {
-    match engine() {
+    match engine(event.device().ordinal()) {
         Some(e) => {
             e.inbox.lock().unwrap_or_else(|p| p.into_inner()).push(Pending { event, completion });
             e.wake.notify_one();
@@ -98,7 +101,7 @@ fn run(e: &'static Engine) {
         if pending.len() < before {
             last_progress = Instant::now();
             nap = Duration::from_micros(20);
-        } else if last_progress.elapsed() < HOT {
+        } else if last_progress.elapsed() < completion_policy().hot {
             std::thread::yield_now();
         } else {
             // Sleep, but wake early for new work.
@@ -106,7 +109,7 @@ fn run(e: &'static Engine) {
             if inbox.is_empty() {
                 let _ = e.wake.wait_timeout(inbox, nap);
             }
-            nap = (nap * 2).min(MAX_NAP);
+            nap = (nap * 2).min(completion_policy().max_nap);
         }
     }
 }

@@ -138,10 +138,9 @@ pub const DEFAULT_AWAIT_SPIN: Duration = Duration::from_micros(5);
 static AWAIT_SPIN_NS: AtomicU64 = AtomicU64::new(DEFAULT_AWAIT_SPIN.as_nanos() as u64);
 
 /// Sets how long the first poll of an op's future may spin on the executor thread, querying an
-/// event, before it falls back to a stream callback and returns `Pending`. Work that finishes
-/// within the budget resolves without any cross-thread wake-up (the latency of a driver callback
-/// plus a wake is 10–20 µs). Zero disables the spin. Values above 50 µs are clamped to 50 µs:
-/// an executor thread must never be held for long.
+/// event, before it hands the event to the completion engine and returns `Pending`. Work that
+/// finishes within the budget resolves without any cross-thread wake-up. Zero disables the spin.
+/// Values above 50 µs are clamped to 50 µs: an executor thread must never be held for long.
 pub fn set_await_spin(budget: Duration) {
     let ns = budget.min(Duration::from_micros(50)).as_nanos() as u64;
     AWAIT_SPIN_NS.store(ns, Ordering::Relaxed);
@@ -150,4 +149,39 @@ pub fn set_await_spin(budget: Duration) {
 /// The current spin budget (see [`set_await_spin`]).
 pub fn await_spin() -> Duration {
     Duration::from_nanos(AWAIT_SPIN_NS.load(Ordering::Relaxed))
+}
+
+/// How the completion engine (one library-owned thread per device that polls the events of
+/// pending awaited ops and wakes their tasks) trades CPU time for wake-up latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletionPolicy {
+    /// After the last completion it saw, the engine polls continuously (yielding between sweeps)
+    /// for this long: completions in that window are seen within about a microsecond.
+    pub hot: Duration,
+    /// Past the hot window it sleeps between sweeps, doubling from 20 µs up to this (new work
+    /// wakes it at once).
+    pub max_nap: Duration,
+}
+
+impl Default for CompletionPolicy {
+    fn default() -> Self {
+        CompletionPolicy { hot: Duration::from_millis(2), max_nap: Duration::from_micros(500) }
+    }
+}
+
+static HOT_NS: AtomicU64 = AtomicU64::new(2_000_000);
+static MAX_NAP_NS: AtomicU64 = AtomicU64::new(500_000);
+
+/// Sets the completion engine's policy (every device's engine; takes effect at its next sweep).
+pub fn set_completion_policy(policy: CompletionPolicy) {
+    HOT_NS.store(policy.hot.as_nanos() as u64, Ordering::Relaxed);
+    MAX_NAP_NS.store(policy.max_nap.max(Duration::from_micros(20)).as_nanos() as u64, Ordering::Relaxed);
+}
+
+/// The completion engine's current policy (see [`set_completion_policy`]).
+pub fn completion_policy() -> CompletionPolicy {
+    CompletionPolicy {
+        hot: Duration::from_nanos(HOT_NS.load(Ordering::Relaxed)),
+        max_nap: Duration::from_nanos(MAX_NAP_NS.load(Ordering::Relaxed)),
+    }
 }

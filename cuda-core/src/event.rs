@@ -105,6 +105,11 @@ impl Event {
         self.raw
     }
 
+    /// The device the event belongs to.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
     /// Whether the event records timestamps.
     pub fn is_timing(&self) -> bool {
         self.timing

@@ -11,6 +11,7 @@ mod launch;
 mod module;
 mod options;
 mod params;
+mod replicas;
 mod scope;
 
 pub use build::{GraphBodyExt, GraphPool};
@@ -18,6 +19,7 @@ pub use launch::Launch;
 pub use module::Module;
 pub use options::CaptureOptions;
 pub use params::{DeviceScalar, ParamHandle, TunableParam};
+pub use replicas::Replicas;
 pub(crate) use scope::record;
 pub use scope::Scope;
 

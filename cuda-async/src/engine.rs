@@ -38,7 +38,8 @@ fn engine(ordinal: usize) -> Option<&'static Engine> {
     if let Some(e) = map.get(&ordinal) {
         return Some(e);
     }
-    let e: &'static Engine = Box::leak(Box::new(Engine { inbox: Mutex::new(Vec::new()), wake: Condvar::new() }));
+    let e: &'static Engine =
+        Box::leak(Box::new(Engine { inbox: Mutex::new(Vec::new()), wake: Condvar::new() }));
     std::thread::Builder::new().name("cuda-async-completion".into()).spawn(move || run(e)).ok()?;
     map.insert(ordinal, e);
     Some(e)

@@ -28,6 +28,7 @@
 //!    that leaves the driver capturing leaves the state in place.
 
 use crate::error::{check, Error, Result};
+use crate::event::PooledEvent;
 use crate::graph::{CaptureMode, CaptureStatus, Graph, KernelNode};
 use crate::keep::KeepAlive;
 use crate::memory::Allocation;
@@ -59,8 +60,9 @@ pub(crate) struct Capture {
     thread: ThreadId,
     /// What the recorded work uses.
     pub(crate) keep: KeepAlive,
-    /// Frees of allocations homed on the stream, dropped during the capture.
-    deferred: Vec<sys::CUdeviceptr>,
+    /// Frees of allocations homed on the stream, dropped during the capture, with the events of
+    /// their uses on other streams that the free must wait for.
+    deferred: Vec<(sys::CUdeviceptr, Vec<Arc<PooledEvent>>)>,
 }
 
 /// The state behind a stream's enqueue lock.
@@ -154,15 +156,19 @@ pub(crate) fn keep_allocs(keep: &mut KeepAlive, allocs: &[&Arc<Allocation>]) {
     }
 }
 
-/// If the stream with `state` is capturing, remembers `ptr` to free after the capture and returns
-/// `true`.
-pub(crate) fn defer_free(state: &mut StreamState, ptr: sys::CUdeviceptr) -> bool {
+/// If the stream with `state` is capturing, remembers `ptr` (and the events its free must wait
+/// for) to free after the capture and returns `None`; otherwise hands `waits` back.
+pub(crate) fn defer_free(
+    state: &mut StreamState,
+    ptr: sys::CUdeviceptr,
+    waits: Vec<Arc<PooledEvent>>,
+) -> Option<Vec<Arc<PooledEvent>>> {
     match &mut state.capture {
         Some(c) => {
-            c.deferred.push(ptr);
-            true
+            c.deferred.push((ptr, waits));
+            None
         }
-        None => false,
+        None => Some(waits),
     }
 }
 
@@ -181,8 +187,8 @@ pub(crate) fn abandon(raw: sys::CUstream, state: &mut StreamState) -> Option<Box
         unsafe { sys::cuGraphDestroy(graph) };
     }
     if res == sys::CUresult::CUDA_SUCCESS || res == sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED {
-        for ptr in cap.deferred.drain(..) {
-            crate::memory::free_raw(raw, ptr);
+        for (ptr, waits) in cap.deferred.drain(..) {
+            crate::memory::free_after(raw, ptr, &waits);
         }
     } else {
         crate::error::note_drop_error(
@@ -269,8 +275,8 @@ impl Stream {
             return Err(Error::Capture("ending a capture on a stream that is not being captured"));
         };
         ACTIVE.fetch_sub(1, Ordering::AcqRel);
-        for ptr in cap.deferred.drain(..) {
-            crate::memory::free_raw(self.raw(), ptr);
+        for (ptr, waits) in cap.deferred.drain(..) {
+            crate::memory::free_after(self.raw(), ptr, &waits);
         }
         drop(state);
         if res != sys::CUresult::CUDA_SUCCESS {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 /// What a graph (or an open capture) keeps alive for as long as it, or an executable graph made
 /// from it, can run:
-/// - every [`Allocation`] its nodes use (so no replay touches freed memory; their home streams are
-///   joined by every replay, so the final stream-ordered free comes after the last replay);
+/// - every [`Allocation`] its nodes use (so no replay touches freed memory; every replay is ordered
+///   as a write of each, so the final stream-ordered free comes after the last replay);
 /// - *extras* that are not stream-ordered (host-node closures, events of event nodes): an
 ///   executable graph holding any extra releases them only after an event behind its last queued
 ///   replay has completed (see `GraphExec`);
@@ -52,18 +52,6 @@ impl KeepAlive {
         for s in &other.serial {
             self.add_serial(s);
         }
-    }
-
-    /// The distinct streams every replay is joined with: the allocations' home streams and the
-    /// serial streams.
-    pub(crate) fn join_streams(&self) -> Vec<Stream> {
-        let mut out: Vec<Stream> = Vec::new();
-        for s in self.allocs.iter().map(|a| &a.stream).chain(self.serial.iter()) {
-            if !out.contains(s) {
-                out.push(s.clone());
-            }
-        }
-        out
     }
 
     /// Whether anything must be kept until replays have *completed* (not just been ordered).

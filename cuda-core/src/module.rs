@@ -2,7 +2,7 @@
 
 use crate::device::Device;
 use crate::error::{check, Error, Result};
-use crate::memory::{ordered_on, Allocation, DeviceBuffer, DeviceRepr};
+use crate::memory::{ordered_on, Access, Allocation, DeviceBuffer, DeviceRepr};
 use crate::stream::Stream;
 use cudarc::driver::sys;
 use std::ffi::{c_void, CString};
@@ -144,13 +144,19 @@ impl LaunchConfig {
 /// # Safety
 /// `param_ptr` must point to a value laid out exactly as the kernel's C parameter, valid for as
 /// long as `self` is borrowed; `allocation` must return the allocation of any device memory the
-/// parameter refers to (it is used for cross-stream ordering and kept alive by graphs).
+/// parameter refers to (it is used for cross-stream ordering and kept alive by graphs), and
+/// `access` must be [`Access::Write`] unless the kernel only reads that memory.
 pub unsafe trait KernelParam {
     /// Pointer to the parameter's bytes, as `cuLaunchKernel`'s `kernelParams` wants.
     fn param_ptr(&self) -> *mut c_void;
     /// The allocation the parameter refers to, if any.
     fn allocation(&self) -> Option<&Arc<Allocation>> {
         None
+    }
+    /// How the kernel may touch that allocation: reads are ordered only after the last write, so
+    /// readers on several streams run concurrently.
+    fn access(&self) -> Access {
+        Access::Write
     }
 }
 
@@ -163,7 +169,7 @@ unsafe impl<T: DeviceRepr> KernelParam for T {
 }
 
 // SAFETY: the kernel receives the CUdeviceptr stored inside the buffer; the home stream is the
-// buffer's.
+// buffer's. A shared borrow is a read (`Function::launch`'s contract: writes only through `&mut`).
 unsafe impl<T: DeviceRepr> KernelParam for &DeviceBuffer<T> {
     #[inline]
     fn param_ptr(&self) -> *mut c_void {
@@ -172,6 +178,10 @@ unsafe impl<T: DeviceRepr> KernelParam for &DeviceBuffer<T> {
     #[inline]
     fn allocation(&self) -> Option<&Arc<Allocation>> {
         Some(DeviceBuffer::allocation(self))
+    }
+    #[inline]
+    fn access(&self) -> Access {
+        Access::Read
     }
 }
 
@@ -198,7 +208,10 @@ fn buffer_ptr_field<T: DeviceRepr>(b: &DeviceBuffer<T>) -> *mut c_void {
 /// allocations of all device memory referred to.
 pub unsafe trait KernelArgs {
     /// Calls `f` with the parameter pointers and the allocations of referenced memory.
-    fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void], &[Option<&Arc<Allocation>>]) -> R) -> R;
+    fn with_params<R>(
+        &self,
+        f: impl FnOnce(&mut [*mut c_void], &[Option<(&Arc<Allocation>, Access)>]) -> R,
+    ) -> R;
 }
 
 macro_rules! impl_args {
@@ -207,10 +220,10 @@ macro_rules! impl_args {
         unsafe impl<$($n: KernelParam),*> KernelArgs for ($($n,)*) {
             #[allow(non_snake_case)]
             #[inline]
-            fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void], &[Option<&Arc<Allocation>>]) -> R) -> R {
+            fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void], &[Option<(&Arc<Allocation>, Access)>]) -> R) -> R {
                 let ($($n,)*) = self;
                 let mut ptrs = [$($n.param_ptr()),*];
-                let homes = [$($n.allocation()),*];
+                let homes = [$($n.allocation().map(|a| (a, $n.access()))),*];
                 f(&mut ptrs, &homes)
             }
         }
@@ -272,7 +285,7 @@ impl Function {
             });
         }
         args.with_params(|ptrs, homes| {
-            let mut enqueue = || {
+            let enqueue = || {
                 let (g, b) = (cfg.grid, cfg.block);
                 // SAFETY: `ptrs` holds one valid pointer per parameter (KernelArgs contract); the
                 // caller guarantees they match the kernel's signature; the stream is live.
@@ -294,32 +307,20 @@ impl Function {
                 check(res, "launching a kernel")
             };
             self.device.bind()?;
-            if homes.iter().flatten().any(|a| a.home_stream().device() != stream.device()) {
+            if homes.iter().flatten().any(|(a, _)| a.home_stream().device() != stream.device()) {
                 return Err(Error::DeviceMismatch {
                     during: "launching a kernel with a buffer of another device",
                     expected: stream.device().ordinal(),
                     actual: homes
                         .iter()
                         .flatten()
-                        .map(|a| a.home_stream().device().ordinal())
+                        .map(|(a, _)| a.home_stream().device().ordinal())
                         .find(|&o| o != stream.device().ordinal())
                         .unwrap_or(0),
                 });
             }
-            if homes.iter().all(|h| h.is_none_or(|h| h.home_stream() == stream)) {
-                // Every buffer is homed on `stream`: one lock, no joins (recorded if capturing).
-                let mut state = stream.lock();
-                match state.mode()? {
-                    crate::capture::Mode::Eager => enqueue(),
-                    crate::capture::Mode::Captured(keep) => {
-                        homes.iter().flatten().for_each(|a| keep.add_alloc(a));
-                        enqueue()
-                    }
-                }
-            } else {
-                let uses: Vec<&Arc<Allocation>> = homes.iter().flatten().copied().collect();
-                ordered_on(stream, &uses, enqueue)
-            }
+            let uses: Vec<(&Arc<Allocation>, Access)> = homes.iter().flatten().copied().collect();
+            ordered_on(stream, &uses, enqueue)
         })
     }
 }

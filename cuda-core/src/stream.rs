@@ -235,9 +235,9 @@ impl Stream {
     }
 
     /// Queues work of another CUDA library (cuBLAS, cuBLASLt, NCCL, ...) on this stream, ordered
-    /// like a kernel launch with every other use of the buffers whose allocations are in `uses`:
-    /// joined with their home streams, or, while this thread captures the stream, recorded (the
-    /// graph keeps the allocations alive). `f` receives the raw stream handle.
+    /// like a kernel launch with every other use of the buffers whose allocations are in `uses`
+    /// (each with how the work touches it), or, while this thread captures the stream, recorded
+    /// (the graph keeps the allocations alive). `f` receives the raw stream handle.
     ///
     /// # Errors
     /// [`Error::Capture`] if another thread is capturing the stream or a home stream of `uses` is
@@ -245,17 +245,18 @@ impl Stream {
     ///
     /// # Safety
     /// `f` must only queue asynchronous work on the given raw stream, and that work must touch
-    /// device memory only inside the allocations listed in `uses` (and write only memory the
-    /// caller holds exclusively, e.g. through `&mut DeviceBuffer`). It runs while this crate holds
+    /// device memory only inside the allocations listed in `uses`, write only those listed as
+    /// [`crate::memory::Access::Write`], and write only memory the caller holds exclusively (e.g.
+    /// through `&mut DeviceBuffer`). It runs while this crate holds
     /// the enqueue locks of the streams involved: it must not call methods of this crate on streams,
     /// events or buffers (that would deadlock), must not drop buffers, must not synchronise or
     /// block, and must not allocate or free stream-ordered memory on the stream.
     pub unsafe fn enqueue_external<R>(
         &self,
-        uses: &[&Arc<crate::memory::Allocation>],
+        uses: &[(&Arc<crate::memory::Allocation>, crate::memory::Access)],
         f: impl FnOnce(sys::CUstream) -> Result<R>,
     ) -> Result<R> {
-        if let Some(a) = uses.iter().find(|a| a.home_stream().device() != self.device()) {
+        if let Some((a, _)) = uses.iter().find(|(a, _)| a.home_stream().device() != self.device()) {
             return Err(Error::DeviceMismatch {
                 during: "queueing library work with a buffer of another device",
                 expected: self.device().ordinal(),

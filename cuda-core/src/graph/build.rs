@@ -393,7 +393,7 @@ impl<'g> GraphBody<'g> {
         self.check_device(f.device())?;
         let g = self.raw;
         args.with_params(|ptrs, allocs| {
-            for a in allocs.iter().flatten() {
+            for (a, _) in allocs.iter().flatten() {
                 self.keep.add_alloc(a);
             }
             // SAFETY: all-zero is valid for this struct of integers and pointers (no enums); we fill every

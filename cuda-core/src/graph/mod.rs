@@ -10,7 +10,7 @@ use crate::device::Device;
 use crate::error::{check, Error, Result};
 use crate::event::{Event, PooledEvent};
 use crate::keep::KeepAlive;
-use crate::memory::{joined, Allocation, InCapture};
+use crate::memory::{ordered, Access, Allocation, InCapture};
 use crate::stream::Stream;
 use cudarc::driver::sys;
 use std::cell::Cell;
@@ -212,8 +212,7 @@ impl Graph {
             "instantiating a graph",
         )?;
         let keep = Arc::new(self.keep.clone());
-        let homes = keep.join_streams();
-        Ok(GraphExec { raw, device: self.device, keep, homes, lock: Mutex::new(ExecState { last: None }) })
+        Ok(GraphExec { raw, device: self.device, keep, lock: Mutex::new(ExecState { last: None }) })
     }
 
     /// Instantiates and uploads to the device on `stream`, so the first launch pays no upload.
@@ -237,8 +236,6 @@ pub struct GraphExec {
     raw: sys::CUgraphExec,
     device: Device,
     keep: Arc<KeepAlive>,
-    /// The distinct streams every replay is joined with (home and serial streams of `keep`).
-    homes: Vec<Stream>,
     /// Executable graphs are not internally synchronised by the driver: `&self` calls take this.
     lock: Mutex<ExecState>,
 }
@@ -320,7 +317,6 @@ impl GraphExec {
     pub fn serialize_through(&mut self, stream: &Stream) {
         let mut keep = (*self.keep).clone();
         keep.add_serial(stream);
-        self.homes = keep.join_streams();
         self.keep = Arc::new(keep);
     }
 
@@ -345,14 +341,18 @@ impl GraphExec {
         }
         self.device.bind()?;
         let mut st = self.state();
-        let homes: Vec<&Stream> = self.homes.iter().collect();
+        // A replay may write every allocation it keeps.
+        let uses: Vec<(&Arc<Allocation>, Access)> =
+            self.keep.allocs.iter().map(|a| (a, Access::Write)).collect();
+        let serial: Vec<&Stream> = self.keep.serial.iter().collect();
         let track = self.keep.has_extras();
         let ev = if track { Some(Event::pooled(&self.device)?) } else { None };
         let captured = Cell::new(false);
         let recorded = Cell::new(false);
-        joined(
+        ordered(
             stream,
-            &homes,
+            &uses,
+            &serial,
             InCapture::Record,
             |k| {
                 k.merge(&self.keep);
@@ -397,7 +397,6 @@ impl GraphExec {
                     keep.add_serial(st);
                 }
                 let old = std::mem::replace(&mut self.keep, Arc::new(keep));
-                self.homes = self.keep.join_streams();
                 // Replays queued before still use what the old set kept: release it after them.
                 if let Some(ev) = self.state().last.clone() {
                     crate::reaper::drop_after(ev, Box::new(old));

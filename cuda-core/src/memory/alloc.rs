@@ -1,7 +1,9 @@
 //! `Allocation`: shared ownership of one stream-ordered device allocation.
 
+use super::access::AccessState;
 use super::pool::MemPool;
 use crate::capture;
+use crate::event::PooledEvent;
 use crate::stream::Stream;
 use cudarc::driver::sys;
 
@@ -15,6 +17,8 @@ pub struct Allocation {
     pub(crate) ptr: sys::CUdeviceptr,
     pub(crate) stream: Stream,
     pub(crate) _pool: Option<MemPool>,
+    /// What a new use must wait for; only touched under the home stream's enqueue lock.
+    access: std::sync::Mutex<AccessState>,
 }
 
 impl std::fmt::Debug for Allocation {
@@ -24,6 +28,15 @@ impl std::fmt::Debug for Allocation {
 }
 
 impl Allocation {
+    pub(crate) fn new(ptr: sys::CUdeviceptr, stream: Stream, pool: Option<MemPool>) -> Allocation {
+        Allocation { ptr, stream, _pool: pool, access: Default::default() }
+    }
+
+    /// The access state (see `memory::access`). The caller holds the home stream's lock.
+    pub(crate) fn access(&self) -> std::sync::MutexGuard<'_, AccessState> {
+        self.access.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The device address (0 for an empty allocation).
     pub fn device_ptr(&self) -> sys::CUdeviceptr {
         self.ptr
@@ -42,13 +55,34 @@ impl Drop for Allocation {
         }
         // Under the home stream's lock: a capture cannot begin between the check and the free.
         let mut state = self.stream.lock();
-        if capture::defer_free(&mut state, self.ptr) {
+        let access = std::mem::take(&mut *self.access());
+        let waits: Vec<_> = access.all_marks().cloned().collect();
+        let Some(waits) = capture::defer_free(&mut state, self.ptr, waits) else {
             return;
-        }
+        };
         if self.stream.device().bind().is_ok() {
-            free_raw(self.stream.raw(), self.ptr);
+            // The free waits for every use on other streams, then runs in the home stream's order.
+            free_after(self.stream.raw(), self.ptr, &waits);
         }
     }
+}
+
+/// Frees `ptr` on `stream` after the events `waits` (uses on other streams) have completed; see
+/// [`free_raw`]. If a wait cannot be queued, the memory is leaked rather than freed early.
+pub(crate) fn free_after(
+    stream: sys::CUstream,
+    ptr: sys::CUdeviceptr,
+    waits: &[std::sync::Arc<PooledEvent>],
+) {
+    for ev in waits {
+        // SAFETY: live stream (its lock is held by the caller) and live event.
+        let res = unsafe { sys::cuStreamWaitEvent(stream, ev.raw(), 0) };
+        if res != sys::CUresult::CUDA_SUCCESS {
+            crate::error::note_drop_error(res, "ordering a free after a use on another stream (leaked)");
+            return;
+        }
+    }
+    free_raw(stream, ptr);
 }
 
 /// Frees `ptr` stream-ordered on `stream` (whose lock the caller holds, with the context bound);

@@ -1,5 +1,6 @@
 //! `DeviceBuffer<T>`: typed device memory, allocated and freed stream-ordered.
 
+use super::access::Access;
 use super::alloc::Allocation;
 use super::order::{ordered_on, ordered_with, InCapture};
 use super::pool::MemPool;
@@ -93,7 +94,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             drop(state);
             check(res, "allocating device memory (stream-ordered)")?;
         }
-        let alloc = Arc::new(Allocation { ptr, stream: stream.clone(), _pool: pool });
+        let alloc = Arc::new(Allocation::new(ptr, stream.clone(), pool));
         Ok(DeviceBuffer { ptr, len, alloc, _marker: PhantomData })
     }
 
@@ -200,7 +201,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         }
         stream.device().bind()?;
         let refuse = InCapture::Refuse("a copy from pageable host memory on a stream being captured");
-        ordered_with(stream, &[&self.alloc], refuse, || {
+        ordered_with(stream, &[(&self.alloc, Access::Write)], refuse, || {
             // SAFETY: `data` is a live slice of exactly size_bytes() bytes; for pageable memory the
             // driver stages it before returning. The destination is our allocation.
             let res = unsafe {
@@ -227,7 +228,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         }
         stream.device().bind()?;
         let refuse = InCapture::Refuse("a blocking copy to the host on a stream being captured");
-        let queued = ordered_with(stream, &[&self.alloc], refuse, || {
+        let queued = ordered_with(stream, &[(&self.alloc, Access::Read)], refuse, || {
             // SAFETY: the caller guarantees `out` is writable for size_bytes() bytes; we synchronize
             // below before returning, so the driver's write is complete when the caller resumes.
             let res =
@@ -261,7 +262,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             return Ok(());
         }
         stream.device().bind()?;
-        ordered_on(stream, &[&self.alloc, &src.alloc], || {
+        ordered_on(stream, &[(&self.alloc, Access::Write), (&src.alloc, Access::Read)], || {
             // SAFETY: two distinct live allocations (`&mut self` excludes aliasing `src`) of
             // size_bytes() bytes each; ordering against both home streams is handled above.
             let res =
@@ -277,7 +278,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             return Ok(());
         }
         stream.device().bind()?;
-        ordered_on(stream, &[&self.alloc], || {
+        ordered_on(stream, &[(&self.alloc, Access::Write)], || {
             // SAFETY: our allocation of size_bytes() bytes.
             let res = unsafe { sys::cuMemsetD8Async(self.ptr, 0, self.size_bytes(), stream.raw()) };
             check(res, "memset")
@@ -292,7 +293,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         }
         let (ptr, len, s) = (self.ptr, self.len, stream.raw());
         stream.device().bind()?;
-        ordered_on(stream, &[&self.alloc], || {
+        ordered_on(stream, &[(&self.alloc, Access::Write)], || {
             // SAFETY: (all arms) writes exactly len elements of size_of::<T>() bytes inside our
             // allocation; reading `value`'s bytes as an integer of the same size is sound for POD.
             let res = unsafe {

@@ -1,28 +1,36 @@
-//! Cross-stream ordering of buffer uses.
+//! Ordering of buffer uses across streams.
 //!
 //! Every buffer has a *home stream*: the stream it was allocated on, on which it will also be
-//! freed (stream-ordered). Work that uses the buffer on its home stream is ordered by the stream
-//! itself. Work on any other stream is *joined*: before it, the other stream waits for everything
-//! queued so far on the home stream; after it, the home stream waits for it. So every later use,
-//! and the final free, is ordered after it, whichever stream it ran on. This costs nothing for
-//! same-stream use and two pooled event records and waits per foreign home stream otherwise.
+//! freed (stream-ordered). Each use of a buffer is ordered against the earlier uses that conflict
+//! with it, through the allocation's access state (see `memory::access`): a read waits for the last
+//! write, a write waits for the last write and the reads since. Uses on the home stream are ordered
+//! by the stream itself and record nothing; a use on another stream records one event behind its
+//! work (shared by all the allocations it touches). So the final free, on the home stream, is
+//! ordered after every use, whichever stream it ran on; readers on several streams run
+//! concurrently; and work on independent buffers is never ordered by a shared home stream.
 //!
-//! **Atomic uses.** Each use — the wait before, the work, the join after — is queued while holding
-//! the enqueue lock of the stream it runs on and of every home stream involved (taken in a fixed
-//! order, released before any host wait). So every use of a buffer is one step in its home
-//! stream's order, also when several threads queue work at once, and no capture can begin or end
-//! on any of these streams in the middle of it.
+//! **Atomic uses.** Each use — the waits before, the work, the marks after — is queued while
+//! holding the enqueue lock of the stream it runs on and of every home stream involved (taken in
+//! increasing stream-id order, released before any host wait). The access state of an allocation
+//! is only touched under its home stream's lock. So every use is one atomic step, also when several
+//! threads queue work at once, and no capture can begin or end on any of these streams in the
+//! middle of it.
+//!
+//! **Serial streams** (graph pools): a replay waits for everything queued on each serial stream
+//! so far, and the serial stream waits for the replay.
 //!
 //! **Captures.** While the stream the work runs on is being captured (by this thread), the uses
-//! are recorded into the capture's keep-alive set instead and no join is made (a join would fork
-//! the capture); replays of the graph make the joins. Work on a stream that another thread is
-//! capturing, or that uses a buffer whose home stream is being captured from another stream, is
-//! refused with [`crate::Error::Capture`].
+//! are recorded into the capture's keep-alive set instead and nothing is waited for or marked (a
+//! cross-stream wait would fork the capture); every replay of the graph is then ordered as a write
+//! of each allocation it keeps. Work on a stream that another thread is capturing, or that uses a
+//! buffer whose home stream is being captured from another stream, is refused with
+//! [`crate::Error::Capture`].
 
+use super::access::{Access, Mark};
 use super::alloc::Allocation;
 use crate::capture::{keep_allocs, Locked, Mode};
 use crate::error::{Error, Result};
-use crate::event::Event;
+use crate::event::{Event, PooledEvent};
 use crate::keep::KeepAlive;
 use crate::stream::Stream;
 use std::sync::Arc;
@@ -36,19 +44,19 @@ pub(crate) enum InCapture {
     Refuse(&'static str),
 }
 
-/// Runs `enqueue` (which queues work on `on` using the allocations `uses`) so that it is ordered
-/// after all work queued so far on each allocation's home stream, and each home stream after it.
-/// Homes equal to `on` cost nothing. The join back to the homes is queued even if `enqueue` fails.
+/// Runs `enqueue` (which queues work on `on` touching the allocations of `uses` as stated) ordered
+/// after the earlier conflicting uses of each allocation, recorded if `on` is being captured.
 ///
 /// Crate-private: `enqueue` runs under stream locks, so it must be this crate's own code (a user
 /// closure could drop a buffer or call a stream method there and deadlock on the lock).
 ///
 /// Errors: [`Error::Capture`] if another thread is capturing `on`, or a home stream other than
-/// `on` is being captured; the error of `enqueue`; driver errors of the joins (if a join after the
-/// work fails, `on` is synchronised before returning, so the work cannot outlive its buffers).
+/// `on` is being captured; the error of `enqueue`; driver errors of the waits and marks (if the
+/// mark after the work cannot be recorded, `on` is synchronised before returning, so the work
+/// cannot outlive its buffers).
 pub(crate) fn ordered_on<R>(
     on: &Stream,
-    uses: &[&Arc<Allocation>],
+    uses: &[(&Arc<Allocation>, Access)],
     enqueue: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
     ordered_with(on, uses, InCapture::Record, enqueue)
@@ -57,64 +65,150 @@ pub(crate) fn ordered_on<R>(
 /// [`ordered_on`] with an explicit capture policy.
 pub(crate) fn ordered_with<R>(
     on: &Stream,
-    uses: &[&Arc<Allocation>],
+    uses: &[(&Arc<Allocation>, Access)],
     in_capture: InCapture,
     enqueue: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
-    let homes: Vec<&Stream> = uses.iter().map(|a| &a.stream).collect();
-    joined(on, &homes, in_capture, |keep| keep_allocs(keep, uses), enqueue)
+    ordered(
+        on,
+        uses,
+        &[],
+        in_capture,
+        |keep| keep_allocs(keep, &uses.iter().map(|(a, _)| *a).collect::<Vec<_>>()),
+        enqueue,
+    )
 }
 
-/// The core of every ordered enqueue: locks `on` and `homes`, then either records (`keep` adds to
-/// the capture's keep-alive set) or joins `on` with every home around `enqueue`.
-pub(crate) fn joined<R>(
+/// The core of every ordered enqueue (see the module docs): locks `on`, the home streams of `uses`
+/// and the `serial` streams; then either records (`keep` adds to the capture's keep-alive set) or
+/// waits, enqueues and marks.
+pub(crate) fn ordered<R>(
     on: &Stream,
-    homes: &[&Stream],
+    uses: &[(&Arc<Allocation>, Access)],
+    serial: &[&Stream],
     in_capture: InCapture,
     keep: impl FnOnce(&mut KeepAlive),
     enqueue: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
-    if homes.iter().all(|h| *h == on) {
-        // Fast path: one stream, one lock.
+    if serial.is_empty() && uses.iter().all(|(a, _)| a.stream == *on) {
+        // Fast path: one stream, one lock; nothing to record unless another stream used the memory.
         let mut state = on.lock();
-        return match state.mode()? {
-            Mode::Eager => enqueue(),
-            Mode::Captured(k) => captured(k, in_capture, keep, enqueue),
-        };
+        if let Mode::Captured(k) = state.mode()? {
+            return captured(k, in_capture, keep, enqueue);
+        }
+        for (a, kind) in uses {
+            let mut st = a.access();
+            if let Some(m) = st.write.take() {
+                on.wait_unchecked(&m.event)?;
+            }
+            match kind {
+                Access::Read => st.home_read = true,
+                Access::Write => {
+                    for m in st.reads.drain(..) {
+                        on.wait_unchecked(&m.event)?;
+                    }
+                    st.home_read = false;
+                }
+            }
+        }
+        return enqueue();
     }
-    let mut locked = Locked::new(std::iter::once(on).chain(homes.iter().copied()));
-    for h in homes.iter().filter(|h| **h != on) {
+    let homes = uses.iter().map(|(a, _)| &a.stream);
+    let mut locked = Locked::new(std::iter::once(on).chain(homes).chain(serial.iter().copied()));
+    for h in uses.iter().map(|(a, _)| &a.stream).chain(serial.iter().copied()).filter(|h| *h != on) {
         if locked.state(h).capture.is_some() {
             return Err(Error::Capture(
-                "using a buffer from another stream while its home stream is being captured",
+                "using a buffer (or graph pool) from another stream while its home stream is being captured",
             ));
         }
     }
     if let Mode::Captured(k) = locked.state(on).mode()? {
         return captured(k, in_capture, keep, enqueue);
     }
-    let mut distinct: Vec<&Stream> = Vec::with_capacity(homes.len());
-    for h in homes.iter().filter(|h| **h != on) {
-        if !distinct.contains(h) {
-            distinct.push(h);
+    // Waits before the work, each event once.
+    let mut waited: Vec<*const PooledEvent> = Vec::new();
+    let mut home_marks: Vec<(Stream, Arc<PooledEvent>)> = Vec::new();
+    let mut wait = |ev: &Arc<PooledEvent>| -> Result<()> {
+        if !waited.contains(&Arc::as_ptr(ev)) {
+            waited.push(Arc::as_ptr(ev));
+            on.wait_unchecked(ev)?;
+        }
+        Ok(())
+    };
+    for (a, kind) in uses {
+        let mut st = a.access();
+        let home = &a.stream;
+        let needs_home = home != on && (st.write.is_none() || (*kind == Access::Write && st.home_read));
+        if needs_home {
+            // Everything queued on the home stream so far (the last write, or home reads).
+            let ev = match home_marks.iter().find(|(s, _)| s == home) {
+                Some((_, ev)) => ev.clone(),
+                None => {
+                    let ev = Arc::new(record(home)?);
+                    home_marks.push((home.clone(), ev.clone()));
+                    ev
+                }
+            };
+            wait(&ev)?;
+        }
+        if let Some(m) = &st.write {
+            if m.stream != *on {
+                wait(&m.event)?;
+            }
+        }
+        if *kind == Access::Write {
+            for m in st.reads.iter().filter(|m| m.stream != *on) {
+                wait(&m.event)?;
+            }
+        }
+        if home == on && st.write.is_some() {
+            // The home stream now waits for the foreign write: its order covers it from here on.
+            st.write = None;
         }
     }
-    for h in &distinct {
-        join_unchecked(on, h)?;
+    for s in serial.iter().filter(|s| **s != on) {
+        join_unchecked(on, s)?;
     }
     let out = enqueue();
-    let mut joined_back = Ok(());
-    for h in &distinct {
-        if let Err(e) = join_unchecked(h, on) {
-            joined_back = Err(e);
+    // Marks after the work (also if `enqueue` failed part-way: conservative).
+    let foreign = uses.iter().any(|(a, _)| a.stream != *on) || serial.iter().any(|s| *s != on);
+    let mark = if foreign {
+        match record(on) {
+            Ok(ev) => Some(Arc::new(ev)),
+            Err(e) => {
+                // No mark: finish the work now so nothing can outlive it.
+                drop(locked);
+                on.sync_unchecked()?;
+                out?;
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
+    for (a, kind) in uses {
+        let mut st = a.access();
+        let on_home = a.stream == *on;
+        match (kind, on_home, &mark) {
+            (Access::Write, true, _) => {
+                st.write = None;
+                st.reads.clear();
+                st.home_read = false;
+            }
+            (Access::Read, true, _) => st.home_read = true,
+            (Access::Write, false, Some(ev)) => {
+                st.write = Some(Mark { stream: on.clone(), event: ev.clone() });
+                st.reads.clear();
+                st.home_read = false;
+            }
+            (Access::Read, false, Some(ev)) => st.add_read(Mark { stream: on.clone(), event: ev.clone() }),
+            (_, false, None) => {} // unreachable: a foreign use always records a mark
         }
     }
-    if let Err(e) = joined_back {
-        // The home's later uses and its free are not ordered after the work: finish the work now.
-        drop(locked);
-        on.sync_unchecked()?;
-        out?;
-        return Err(e);
+    if let Some(ev) = &mark {
+        for s in serial.iter().filter(|s| **s != on) {
+            s.wait_unchecked(ev)?;
+        }
     }
     out
 }
@@ -134,11 +228,18 @@ fn captured<R>(
     }
 }
 
+/// A private pooled event recorded behind everything queued on `s` so far. The caller holds `s`'s
+/// lock and has checked that it is not being captured.
+fn record(s: &Stream) -> Result<PooledEvent> {
+    let ev = Event::pooled(s.device())?;
+    s.device().bind()?;
+    ev.record_unchecked(s)?;
+    Ok(ev)
+}
+
 /// `waiter` waits for everything queued on `target` so far (a private pooled event). The caller
 /// holds both streams' locks and has checked that neither is being captured.
 pub(crate) fn join_unchecked(waiter: &Stream, target: &Stream) -> Result<()> {
-    let ev = Event::pooled(target.device())?;
-    target.device().bind()?;
-    ev.record_unchecked(target)?;
+    let ev = record(target)?;
     waiter.wait_unchecked(&ev)
 }

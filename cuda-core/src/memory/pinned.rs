@@ -1,5 +1,6 @@
 //! `PinnedBuffer<T>`: page-locked host memory for truly asynchronous copies.
 
+use super::access::Access;
 use super::buffer::DeviceBuffer;
 use super::order::{ordered_with, InCapture};
 use super::repr::DeviceRepr;
@@ -100,7 +101,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
     /// Queues an asynchronous copy of this buffer into `dst` on `stream` and returns at once.
     pub fn copy_to_device_async(&mut self, stream: &Stream, dst: &mut DeviceBuffer<T>) -> Result<()> {
         let (d, bytes) = (dst.device_ptr(), dst.size_bytes());
-        self.transfer(stream, dst, "async copy pinned host to device", |host, s| {
+        self.transfer(stream, dst, Access::Write, "async copy pinned host to device", |host, s| {
             // SAFETY: both ranges are live and exactly `bytes` long; `self` stays alive and
             // unwritten by the host until `pending` (recorded after the copy) completes.
             unsafe { sys::cuMemcpyHtoDAsync_v2(d, host, bytes, s) }
@@ -111,7 +112,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
     /// The data is visible through [`PinnedBuffer::as_slice`], which waits for the copy.
     pub fn copy_from_device_async(&mut self, stream: &Stream, src: &DeviceBuffer<T>) -> Result<()> {
         let (d, bytes) = (src.device_ptr(), src.size_bytes());
-        self.transfer(stream, src, "async copy device to pinned host", |host, s| {
+        self.transfer(stream, src, Access::Read, "async copy device to pinned host", |host, s| {
             // SAFETY: both ranges are live and exactly `bytes` long; the host cannot read or free
             // `self` before `pending` (recorded after the copy) completes.
             unsafe { sys::cuMemcpyDtoHAsync_v2(host, d, bytes, s) }
@@ -125,6 +126,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         &mut self,
         stream: &Stream,
         dev: &DeviceBuffer<T>,
+        access: Access,
         during: &'static str,
         copy: impl FnOnce(*mut std::ffi::c_void, sys::CUstream) -> sys::CUresult,
     ) -> Result<()> {
@@ -141,7 +143,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         let refuse = InCapture::Refuse("an async copy with pinned host memory on a stream being captured");
         let ev = Event::pooled(stream.device())?;
         let mut tracked = false;
-        let queued = ordered_with(stream, &[dev.allocation()], refuse, || {
+        let queued = ordered_with(stream, &[(dev.allocation(), access)], refuse, || {
             check(copy(host, stream.raw()), during)?;
             // Recorded under the stream's lock, right behind the copy: the host waits for it before
             // touching `self`. Without it, wait for the copy here.

@@ -1,0 +1,240 @@
+//! GPU suite for per-allocation access tracking (`cuda-core/src/memory/access.rs`): readers on
+//! several streams run concurrently and never serialise on the home stream, a write waits for every
+//! reader and the last writer, a read waits for the last writer, the free waits for readers on
+//! other streams, and work on independent buffers homed on one stream overlaps.
+//!
+//! Every ordering test uses a slow kernel (it spins for tens of milliseconds before touching memory)
+//! and a result that a missing wait would change; the overlap tests read the GPU's global timer at
+//! the start and end of each kernel. Random inputs, NaN-poisoned outputs. Ignored without a GPU;
+//! fails without one when CUDA_ASYNC_REQUIRE_GPU=1.
+
+use cuda_async_tests::{ensure, random_f32, rng, Suite, TestResult, POISON_F32};
+use cuda_core::{Device, DeviceBuffer, Function, LaunchConfig, Stream};
+use std::sync::OnceLock;
+
+const SRC: &str = r#"
+__device__ unsigned long long now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+// Spins `ns`, then out[i] = in[i] * k; block 0 thread 0 writes its start and end time to t[0..2].
+extern "C" __global__ void timed_scale(float* out, const float* in, unsigned long long n, float k,
+                                       unsigned long long ns, unsigned long long* t) {
+    unsigned long long start = now(), cur = start;
+    while (cur - start < ns) { __nanosleep(1000); cur = now(); }
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        out[i] = in[i] * k;
+    if (blockIdx.x == 0 && threadIdx.x == 0) { t[0] = start; t[1] = now(); }
+}
+// Spins `ns`, then x[i] = x[i] * a + b (not idempotent).
+extern "C" __global__ void slow_affine(float* x, unsigned long long n, float a, float b, unsigned long long ns) {
+    unsigned long long start = now(), cur = start;
+    while (cur - start < ns) { __nanosleep(1000); cur = now(); }
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        x[i] = x[i] * a + b;
+}
+"#;
+
+struct K {
+    timed_scale: Function,
+    slow_affine: Function,
+}
+
+fn k(d: &Device) -> Result<&'static K, cuda_core::Error> {
+    static KS: OnceLock<K> = OnceLock::new();
+    if let Some(k) = KS.get() {
+        return Ok(k);
+    }
+    let m = d.compile_module("gpu_access.cu", SRC, &[])?;
+    Ok(KS.get_or_init(|| K {
+        timed_scale: m.function("timed_scale").expect("kernel"),
+        slow_affine: m.function("slow_affine").expect("kernel"),
+    }))
+}
+
+/// A small grid (so two kernels fit on the GPU at once).
+fn cfg(n: usize) -> LaunchConfig {
+    let mut c = LaunchConfig::for_elements(n, 256);
+    c.grid.0 = c.grid.0.min(8);
+    c
+}
+
+const MS: u64 = 1_000_000;
+
+/// `out = in * k` after spinning `ns`, with the kernel's GPU start/end time in `t`.
+fn timed_scale(
+    s: &Stream,
+    out: &mut DeviceBuffer<f32>,
+    input: &DeviceBuffer<f32>,
+    kf: f32,
+    ns: u64,
+    t: &mut DeviceBuffer<u64>,
+) -> TestResult {
+    let n = out.len();
+    let f = &k(s.device())?.timed_scale;
+    ensure(input.len() == n && t.len() == 2, "lengths")?;
+    // SAFETY: matches timed_scale(float*, const float*, u64, float, u64, u64*); writes out[0..n]
+    // and t[0..2] (t has 2 elements), reads in[0..n] (lengths checked above).
+    unsafe { f.launch(s, cfg(n), (out, input, n as u64, kf, ns, t))? };
+    Ok(())
+}
+
+/// `x = x * a + b` after spinning `ns`.
+fn slow_affine(s: &Stream, x: &mut DeviceBuffer<f32>, a: f32, b: f32, ns: u64) -> TestResult {
+    let n = x.len();
+    let f = &k(s.device())?.slow_affine;
+    // SAFETY: matches slow_affine(float*, u64, float, float, u64); touches x[0..n] only.
+    unsafe { f.launch(s, cfg(n), (x, n as u64, a, b, ns))? };
+    Ok(())
+}
+
+fn overlap(a: &[u64], b: &[u64]) -> bool {
+    a[0] < b[1] && b[0] < a[1]
+}
+
+fn scaled(x: &[f32], k: f32) -> Vec<f32> {
+    x.iter().map(|v| v * k).collect()
+}
+
+fn setup() -> Result<(Device, Stream, Vec<Stream>), cuda_async_tests::Failed> {
+    let d = Device::new(0)?;
+    k(&d)?;
+    let home = Stream::new(&d)?;
+    let others = (0..3).map(|_| Stream::new(&d)).collect::<Result<Vec<_>, _>>()?;
+    Ok((d, home, others))
+}
+
+/// Two slow readers of one buffer (homed on a third stream) on two streams run at the same time:
+/// with home-stream joins the second would wait for the first.
+fn readers_run_concurrently() -> TestResult {
+    let (_d, h, o) = setup()?;
+    let n = 2048;
+    let xh = random_f32(&mut rng(), n);
+    let w = DeviceBuffer::from_host(&h, &xh)?;
+    let (mut a, mut b) = (DeviceBuffer::filled(&h, n, POISON_F32)?, DeviceBuffer::filled(&h, n, POISON_F32)?);
+    let (mut ta, mut tb) = (DeviceBuffer::<u64>::zeros(&h, 2)?, DeviceBuffer::<u64>::zeros(&h, 2)?);
+    h.synchronize()?;
+    timed_scale(&o[0], &mut a, &w, 2.0, 50 * MS, &mut ta)?;
+    timed_scale(&o[1], &mut b, &w, 3.0, 50 * MS, &mut tb)?;
+    let (ta, tb) = (ta.to_vec()?, tb.to_vec()?);
+    ensure(a.to_vec()? == scaled(&xh, 2.0) && b.to_vec()? == scaled(&xh, 3.0), "reader outputs")?;
+    ensure(overlap(&ta, &tb), format!("the two readers did not overlap: {ta:?} vs {tb:?}"))
+}
+
+/// A fast write on a third stream, queued right after two slow readers on two other streams, waits
+/// for both: the readers see the old contents.
+fn write_waits_for_every_reader() -> TestResult {
+    let (_d, h, o) = setup()?;
+    let n = 4096;
+    let xh = random_f32(&mut rng(), n);
+    let mut w = DeviceBuffer::from_host(&h, &xh)?;
+    let (mut a, mut b) = (DeviceBuffer::filled(&h, n, POISON_F32)?, DeviceBuffer::filled(&h, n, POISON_F32)?);
+    let (mut ta, mut tb) = (DeviceBuffer::<u64>::zeros(&h, 2)?, DeviceBuffer::<u64>::zeros(&h, 2)?);
+    h.synchronize()?;
+    timed_scale(&o[0], &mut a, &w, 1.0, 30 * MS, &mut ta)?;
+    timed_scale(&o[1], &mut b, &w, 1.0, 60 * MS, &mut tb)?;
+    slow_affine(&o[2], &mut w, -1.0, 5.0, 0)?; // w = 5 - w, right away unless it waits
+    ensure(a.to_vec()? == xh && b.to_vec()? == xh, "a reader saw the later write")?;
+    let want: Vec<f32> = xh.iter().map(|v| v * -1.0 + 5.0).collect();
+    ensure(w.to_vec()? == want, "the write ran exactly once after the reads")
+}
+
+/// A slow write on one stream, then a read on another: the read sees the written values.
+fn read_waits_for_the_last_write() -> TestResult {
+    let (_d, h, o) = setup()?;
+    let n = 4096;
+    let xh = random_f32(&mut rng(), n);
+    let mut w = DeviceBuffer::from_host(&h, &xh)?;
+    let mut a = DeviceBuffer::filled(&h, n, POISON_F32)?;
+    let mut ta = DeviceBuffer::<u64>::zeros(&h, 2)?;
+    h.synchronize()?;
+    slow_affine(&o[0], &mut w, 2.0, 1.0, 40 * MS)?;
+    timed_scale(&o[1], &mut a, &w, 1.0, 0, &mut ta)?;
+    let want: Vec<f32> = xh.iter().map(|v| v * 2.0 + 1.0).collect();
+    ensure(a.to_vec()? == want, "the read did not wait for the write on another stream")?;
+    // Two more writes on two streams, in order: each waits for the previous one.
+    slow_affine(&o[1], &mut w, 3.0, 0.0, 20 * MS)?;
+    slow_affine(&o[2], &mut w, 1.0, -1.0, 0)?;
+    let want2: Vec<f32> = want.iter().map(|v| v * 3.0 - 1.0).collect();
+    ensure(w.to_vec()? == want2, "two writes on two streams ran out of order")
+}
+
+/// The free of a buffer waits for a slow reader on another stream: a buffer allocated right after
+/// the drop (likely at the same address) and filled with a pattern does not leak into the read,
+/// and the read sees the old contents.
+fn free_waits_for_a_reader_elsewhere() -> TestResult {
+    let (_d, h, o) = setup()?;
+    let n = 1 << 16;
+    let xh = random_f32(&mut rng(), n);
+    let w = DeviceBuffer::from_host(&h, &xh)?;
+    let mut a = DeviceBuffer::filled(&o[0], n, POISON_F32)?;
+    let mut ta = DeviceBuffer::<u64>::zeros(&o[0], 2)?;
+    h.synchronize()?;
+    o[0].synchronize()?;
+    timed_scale(&o[0], &mut a, &w, 1.0, 50 * MS, &mut ta)?;
+    let addr = w.device_ptr();
+    drop(w);
+    let reuse = DeviceBuffer::filled(&h, n, -7.0f32)?;
+    eprintln!("freed {addr:#x}, reallocated at {:#x}", reuse.device_ptr());
+    ensure(a.to_vec()? == xh, "the read saw memory reused after the free")?;
+    ensure(reuse.to_vec()?.iter().all(|&v| v == -7.0), "the new buffer holds its pattern")
+}
+
+/// Two slow kernels on two streams, each writing its own buffer (both buffers homed on a third
+/// stream), overlap in time: independent buffers are not ordered through their shared home stream.
+fn independent_buffers_overlap() -> TestResult {
+    let (_d, h, o) = setup()?;
+    let n = 2048;
+    let xh = random_f32(&mut rng(), n);
+    let x = DeviceBuffer::from_host(&h, &xh)?;
+    let (mut a, mut b) = (DeviceBuffer::filled(&h, n, POISON_F32)?, DeviceBuffer::filled(&h, n, POISON_F32)?);
+    let (mut ta, mut tb) = (DeviceBuffer::<u64>::zeros(&h, 2)?, DeviceBuffer::<u64>::zeros(&h, 2)?);
+    h.synchronize()?;
+    let t0 = std::time::Instant::now();
+    timed_scale(&o[0], &mut a, &x, 2.0, 100 * MS, &mut ta)?;
+    timed_scale(&o[1], &mut b, &x, -1.0, 100 * MS, &mut tb)?;
+    o[0].synchronize()?;
+    o[1].synchronize()?;
+    let wall = t0.elapsed();
+    let (ta, tb) = (ta.to_vec()?, tb.to_vec()?);
+    ensure(a.to_vec()? == scaled(&xh, 2.0) && b.to_vec()? == scaled(&xh, -1.0), "outputs")?;
+    eprintln!("two 100 ms kernels on two streams: {:.1} ms wall", wall.as_secs_f64() * 1e3);
+    ensure(overlap(&ta, &tb), format!("independent kernels did not overlap: {ta:?} vs {tb:?}"))?;
+    ensure(wall.as_millis() < 190, format!("two 100 ms kernels took {wall:?}: serialised"))
+}
+
+/// Reads on the home stream after a write on another stream, then a write on the home stream after
+/// reads on other streams: every mix of home and foreign uses keeps the order of a single stream.
+fn home_and_foreign_uses_mix() -> TestResult {
+    let (_d, h, o) = setup()?;
+    let n = 4096;
+    let xh = random_f32(&mut rng(), n);
+    let mut w = DeviceBuffer::from_host(&h, &xh)?;
+    let mut a = DeviceBuffer::filled(&h, n, POISON_F32)?;
+    let mut t = DeviceBuffer::<u64>::zeros(&h, 2)?;
+    slow_affine(&o[0], &mut w, 2.0, 0.0, 30 * MS)?; // foreign write
+    timed_scale(&h, &mut a, &w, 1.0, 0, &mut t)?; // home read: waits for it
+    let want: Vec<f32> = xh.iter().map(|v| v * 2.0).collect();
+    ensure(a.to_vec()? == want, "home read after a foreign write")?;
+    let mut b = DeviceBuffer::filled(&h, n, POISON_F32)?;
+    let mut tb = DeviceBuffer::<u64>::zeros(&h, 2)?;
+    timed_scale(&o[1], &mut b, &w, 1.0, 40 * MS, &mut tb)?; // slow foreign read
+    slow_affine(&h, &mut w, 1.0, 1.0, 0)?; // home write: waits for the foreign read
+    ensure(b.to_vec()? == want, "a home write overtook a foreign read")?;
+    let want2: Vec<f32> = want.iter().map(|v| v + 1.0).collect();
+    ensure(w.to_vec()? == want2, "home write result")
+}
+
+fn main() {
+    let mut s = Suite::new();
+    s.gpu("readers_run_concurrently", readers_run_concurrently)
+        .gpu("write_waits_for_every_reader", write_waits_for_every_reader)
+        .gpu("read_waits_for_the_last_write", read_waits_for_the_last_write)
+        .gpu("free_waits_for_a_reader_elsewhere", free_waits_for_a_reader_elsewhere)
+        .gpu("independent_buffers_overlap", independent_buffers_overlap)
+        .gpu("home_and_foreign_uses_mix", home_and_foreign_uses_mix);
+    s.run()
+}

@@ -33,7 +33,7 @@ pub mod scheduling;
 mod sync_shim;
 
 pub use args::{BufferMut, BufferRef, IntoBufferOp};
-pub use combinators::{join_all, value};
+pub use combinators::{join_all, join_concurrent, value};
 pub use context::ExecutionContext;
 pub use error::{DeviceError, Result};
 pub use ext::{DeviceOpExt, FirstFn, LastFn};

@@ -8,6 +8,8 @@
 //! the start and end of each kernel. Random inputs, NaN-poisoned outputs. Ignored without a GPU;
 //! fails without one when CUDA_ASYNC_REQUIRE_GPU=1.
 
+use cuda_async::{zip, zip_concurrent, CudaGraph, DeviceOpExt};
+use cuda_async_tests::ops::{AddScalar, SpinWrite};
 use cuda_async_tests::{ensure, random_f32, rng, Suite, TestResult, POISON_F32};
 use cuda_core::{Device, DeviceBuffer, Function, LaunchConfig, Stream};
 use std::sync::OnceLock;
@@ -228,6 +230,59 @@ fn home_and_foreign_uses_mix() -> TestResult {
     ensure(w.to_vec()? == want2, "home write result")
 }
 
+/// `zip_concurrent!` of two slow independent writes takes the time of one (they run on two streams
+/// of the policy), while `zip!` runs them back to back; both give the same results, and the
+/// caller's `sync_on` returns only after both branches.
+fn zip_concurrent_overlaps() -> TestResult {
+    let (d, h, _o) = setup()?;
+    cuda_async_tests::ops::test_kernels(&d)?;
+    let n = 2048;
+    let (mut a, mut b) = (DeviceBuffer::filled(&h, n, POISON_F32)?, DeviceBuffer::filled(&h, n, POISON_F32)?);
+    let t0 = std::time::Instant::now();
+    zip_concurrent!(
+        SpinWrite { buf: &mut a, ns: 100 * MS, v: 1.0 },
+        SpinWrite { buf: &mut b, ns: 100 * MS, v: 2.0 }
+    )
+    .then(|(a, b)| zip!(AddScalar { buf: a, v: 0.5 }, AddScalar { buf: b, v: 0.25 }))
+    .sync_on(&h)?;
+    let concurrent = t0.elapsed();
+    ensure(
+        a.to_vec()?.iter().all(|&v| v == 1.5) && b.to_vec()?.iter().all(|&v| v == 2.25),
+        "concurrent results",
+    )?;
+    let t1 = std::time::Instant::now();
+    zip!(SpinWrite { buf: &mut a, ns: 100 * MS, v: 3.0 }, SpinWrite { buf: &mut b, ns: 100 * MS, v: 4.0 })
+        .sync_on(&h)?;
+    let serial = t1.elapsed();
+    ensure(a.to_vec()?.iter().all(|&v| v == 3.0) && b.to_vec()?.iter().all(|&v| v == 4.0), "serial results")?;
+    eprintln!(
+        "two 100 ms kernels: zip_concurrent! {:.1} ms, zip! {:.1} ms",
+        concurrent.as_secs_f64() * 1e3,
+        serial.as_secs_f64() * 1e3
+    );
+    ensure(concurrent.as_millis() < 180, format!("zip_concurrent! took {concurrent:?}: not concurrent"))?;
+    ensure(serial.as_millis() >= 200, format!("zip! took {serial:?}: expected back to back"))
+}
+
+/// Recorded into a graph, `zip_concurrent!` runs its ops one after the other on the capturing
+/// stream (no fork of the capture); every replay applies both, exactly once.
+fn zip_concurrent_in_a_capture() -> TestResult {
+    let (d, h, _o) = setup()?;
+    cuda_async_tests::ops::test_kernels(&d)?;
+    let n = 4096;
+    let (mut a, mut b) = (DeviceBuffer::filled(&h, n, 0.0f32)?, DeviceBuffer::filled(&h, n, 0.0f32)?);
+    let g = CudaGraph::scope(&h, |sc| {
+        sc.record(zip_concurrent!(AddScalar { buf: &mut a, v: 1.0 }, AddScalar { buf: &mut b, v: 2.0 }))?;
+        Ok(())
+    })?;
+    ensure(g.graph().node_count()? == 2, "two kernel nodes")?;
+    for _ in 0..3 {
+        g.launch().sync_on(&h)?;
+    }
+    drop(g);
+    ensure(a.to_vec()?.iter().all(|&v| v == 3.0) && b.to_vec()?.iter().all(|&v| v == 6.0), "three replays")
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("readers_run_concurrently", readers_run_concurrently)
@@ -235,6 +290,8 @@ fn main() {
         .gpu("read_waits_for_the_last_write", read_waits_for_the_last_write)
         .gpu("free_waits_for_a_reader_elsewhere", free_waits_for_a_reader_elsewhere)
         .gpu("independent_buffers_overlap", independent_buffers_overlap)
-        .gpu("home_and_foreign_uses_mix", home_and_foreign_uses_mix);
+        .gpu("home_and_foreign_uses_mix", home_and_foreign_uses_mix)
+        .gpu("zip_concurrent_overlaps", zip_concurrent_overlaps)
+        .gpu("zip_concurrent_in_a_capture", zip_concurrent_in_a_capture);
     s.run()
 }

@@ -3,6 +3,7 @@
 
 mod and_then_with_context;
 mod boxed;
+mod concurrent;
 mod inspect;
 mod join_all;
 mod map;
@@ -14,6 +15,7 @@ mod zip;
 
 pub use and_then_with_context::AndThenWithContext;
 pub use boxed::BoxedOp;
+pub use concurrent::{join_concurrent, JoinConcurrent, ZipConcurrent};
 pub use inspect::Inspect;
 pub use join_all::{join_all, JoinAll};
 pub use map::Map;

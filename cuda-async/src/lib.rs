@@ -30,6 +30,7 @@ mod lock;
 pub mod memory;
 mod op;
 pub mod scheduling;
+pub mod staging;
 mod sync_shim;
 
 pub use args::{BufferMut, BufferRef, IntoBufferOp};

@@ -283,6 +283,38 @@ fn zip_concurrent_in_a_capture() -> TestResult {
     ensure(a.to_vec()?.iter().all(|&v| v == 3.0) && b.to_vec()?.iter().all(|&v| v == 6.0), "three replays")
 }
 
+/// Data movement into existing buffers through a staging pool: random data up and down, poisoned
+/// targets, buffers reused by the pool (no new page-locked allocation), and a host read of a
+/// download queued behind a slow write waits for it.
+fn staging_round_trips() -> TestResult {
+    use cuda_async::staging::{download, upload, upload_pinned, StagingPool};
+    let (d, h, o) = setup()?;
+    cuda_async_tests::ops::test_kernels(&d)?;
+    let pool = StagingPool::<f32>::new(&d);
+    let n = 10_000;
+    let mut x = DeviceBuffer::filled(&h, n, POISON_F32)?;
+    for round in 0..3 {
+        let data = random_f32(&mut rng(), n);
+        upload(data.clone(), &mut x).sync_on(&o[round % 3])?;
+        let mut host = pool.get(n)?;
+        host.as_mut_slice()?.fill(POISON_F32);
+        download(&x, &mut host).sync_on(&o[(round + 1) % 3])?;
+        ensure(host.as_slice()? == data.as_slice(), format!("round {round}: download"))?;
+        // Up again from the page-locked buffer into a poisoned second buffer.
+        let mut y = DeviceBuffer::filled(&h, n, POISON_F32)?;
+        upload_pinned(&mut host, &mut y).sync_on(&h)?;
+        ensure(y.to_vec()? == data, format!("round {round}: upload_pinned"))?;
+    }
+    ensure(pool.idle() == 1, format!("the pool reused one buffer: {} idle", pool.idle()))?;
+    // A download queued behind a slow write on another stream: the host read waits for both.
+    let mut host = pool.get(n)?;
+    // SAFETY: the output (`&mut x`) is only used by the download below, which access tracking
+    // orders after the write.
+    unsafe { SpinWrite { buf: &mut x, ns: 40 * MS, v: 11.0 }.async_on(&o[0])? };
+    download(&x, &mut host).sync_on(&o[1])?;
+    ensure(host.as_slice()?.iter().all(|&v| v == 11.0), "the download on another stream saw the slow write")
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("readers_run_concurrently", readers_run_concurrently)
@@ -292,6 +324,7 @@ fn main() {
         .gpu("independent_buffers_overlap", independent_buffers_overlap)
         .gpu("home_and_foreign_uses_mix", home_and_foreign_uses_mix)
         .gpu("zip_concurrent_overlaps", zip_concurrent_overlaps)
-        .gpu("zip_concurrent_in_a_capture", zip_concurrent_in_a_capture);
+        .gpu("zip_concurrent_in_a_capture", zip_concurrent_in_a_capture)
+        .gpu("staging_round_trips", staging_round_trips);
     s.run()
 }

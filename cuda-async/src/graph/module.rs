@@ -12,10 +12,12 @@ use std::future::Future;
 /// # Examples
 ///
 /// A model whose forward pass is one replay: the input is copied into the graph's input buffer
-/// (ordered before the replay), the replay runs, and the output buffer is read back (ordered
-/// after it).
+/// (ordered before the replay), the replay runs, and the output buffer is downloaded into reused
+/// page-locked memory (ordered after it). Nothing is allocated per pass, and the async path never
+/// blocks the executor thread (no `to_vec` inside `forward_async`).
 ///
 /// ```no_run
+/// use cuda_async::staging::{download, upload, StagingPool};
 /// use cuda_async::{memory, CudaGraph, DeviceOpExt, Module, Result};
 /// use cuda_core::{DeviceBuffer, Stream};
 ///
@@ -23,6 +25,7 @@ use std::future::Future;
 ///     stream: Stream,
 ///     input: DeviceBuffer<f32>,
 ///     graph: CudaGraph<DeviceBuffer<f32>>, // its output: the buffer every replay writes
+///     staging: StagingPool<f32>,
 /// }
 ///
 /// impl Echo {
@@ -30,7 +33,8 @@ use std::future::Future;
 ///         let input = DeviceBuffer::zeros(&stream, n)?;
 ///         let output = DeviceBuffer::zeros(&stream, n)?;
 ///         let graph = memory::copy(&input, output).graph_on(&stream)?;
-///         Ok(Echo { stream, input, graph })
+///         let staging = StagingPool::new(stream.device());
+///         Ok(Echo { stream, input, graph, staging })
 ///     }
 /// }
 ///
@@ -38,17 +42,23 @@ use std::future::Future;
 ///     type Input = Vec<f32>;
 ///     type Output = Vec<f32>;
 ///     fn forward(&mut self, x: Vec<f32>) -> Result<Vec<f32>> {
-///         self.input.copy_from_host(&self.stream, &x)?; // ordered before the replay
+///         upload(x, &mut self.input).sync_on(&self.stream)?; // ordered before the replay
 ///         self.graph.launch().sync_on(&self.stream)?;
 ///         Ok(self.graph.output().expect("recorded output").to_vec()?)
 ///     }
 ///     async fn forward_async(&mut self, x: Vec<f32>) -> Result<Vec<f32>> {
-///         self.input.copy_from_host(&self.stream, &x)?;
+///         let mut host = self.staging.get(x.len())?;
+///         upload(x, &mut self.input).on(&self.stream).await?;
 ///         self.graph.launch().on(&self.stream).await?; // never blocks the executor
-///         Ok(self.graph.output().expect("recorded output").to_vec()?)
+///         let out = self.graph.output().expect("recorded output");
+///         download(out, &mut host).on(&self.stream).await?;
+///         Ok(host.as_slice()?.to_vec()) // `host` goes back to the pool
 ///     }
 /// }
 /// ```
+///
+/// To serve one model from many tasks through `&self`, wrap replicas in
+/// [`crate::graph::Replicas`].
 pub trait Module {
     /// What a pass consumes (e.g. a host batch).
     type Input;

@@ -111,7 +111,7 @@ impl<'a> Case<'a> {
 }
 
 /// One measured quantity (lower is better): medians of the samples, in `unit`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Row {
     pub name: String,
     pub unit: String,
@@ -159,20 +159,16 @@ impl Row {
             (Goal::MaxExtra(x), Some(r)) if r > 0.0 => Some(((r + x) / r * 1e4).floor() / 1e4),
             (Goal::MaxExtra(_), _) => Some(f64::NAN),
         };
-        let framework = median(&framework_samples);
+        let (name, unit, framework) = (name.into(), unit.into(), median(&framework_samples));
         Row::finish(Row {
-            name: name.into(),
-            unit: unit.into(),
+            name,
+            unit,
             raw,
             framework,
-            ratio: None,
             goal_max_ratio,
-            met: None,
             raw_samples,
             framework_samples,
-            raw_cpu: None,
-            framework_cpu: None,
-            note: String::new(),
+            ..Row::default()
         })
     }
 
@@ -379,21 +375,17 @@ mod tests {
     #[test]
     fn runner_samples_both_sides_and_reports() {
         let (mut fw_calls, mut raw_calls) = (0, 0);
+        let case = Case::new("c", "us/op", 10, || {
+            fw_calls += 1;
+            Ok(())
+        });
+        let case = case.raw(|| {
+            raw_calls += 1;
+            Ok(1e-5) // seconds for 10 units: 1 us each
+        });
         let mut run = Runner::new(Report::new("t"), 3, 2);
-        let row = run
-            .run(
-                Case::new("c", "us/op", 10, || {
-                    fw_calls += 1;
-                    Ok(())
-                })
-                .raw(|| {
-                    raw_calls += 1;
-                    Ok(1e-5)
-                })
-                .goal(Goal::MaxRatio(2.0)),
-            )
-            .unwrap();
-        assert_eq!(row.raw, Some(1.0)); // 10 us over 10 units
+        let row = run.run(case.goal(Goal::MaxRatio(2.0))).unwrap().clone();
+        assert_eq!(row.raw, Some(1.0));
         assert!(row.framework >= 0.0 && row.framework_cpu.is_some() && row.met == Some(true));
         assert_eq!((fw_calls, raw_calls), (5, 5));
         let failing = Case::new("f", "ms", 1, || -> Result<()> { anyhow::bail!("boom") });

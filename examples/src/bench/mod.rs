@@ -61,13 +61,6 @@ pub fn start(
     if async_default {
         cuda_async::scheduling::set_default_device(dev.ordinal()).context("setting the default device")?;
     }
-    let mut report = gpu_report(name, &dev)?;
-    report.meta_from(params);
-    Ok((dev, Runner::new(report, common.repeats, common.warmup)))
-}
-
-/// A report for `name` whose metadata describe the GPU and the CUDA libraries; prints the banner.
-pub fn gpu_report(name: &str, dev: &Device) -> Result<Report> {
     let (dm, dn) = cuda_core::driver_version().context("reading the driver version")?;
     let arch = dev.sm_arch().context("reading the compute capability")?;
     let (nm, nn) = cuda_core::nvrtc::nvrtc_version().context("loading NVRTC")?;
@@ -79,7 +72,8 @@ pub fn gpu_report(name: &str, dev: &Device) -> Result<Report> {
     report.meta("driver_cuda_version", format!("{dm}.{dn}"));
     report.meta("nvidia_kernel_module", nvidia_kernel_module_version());
     report.meta("nvrtc_version", format!("{nm}.{nn}"));
-    Ok(report)
+    report.meta_from(params);
+    Ok((dev, Runner::new(report, common.repeats, common.warmup)))
 }
 
 /// A generator seeded from the clock (different every run); the seed goes into the report.

@@ -1,9 +1,10 @@
 //! The raw baseline: the same work through cudarc's thin `result` layer over the driver API
 //! (`cuModuleLoadData`, `cuStreamCreate`, `cuMemAlloc`, `cuLaunchKernel`, stream capture,
 //! `cuGraphLaunch`...), with no framework in between. [`Raw`] owns every handle it creates and
-//! releases them all in [`Raw::close`] (errors reported) or on drop.
+//! releases them all in [`Raw::close`] (errors reported) or on drop. It always loads the tiny
+//! counter kernel and keeps its counter buffers with the number of launches queued on each.
 
-use crate::bench::tiny::{TinyImage, CFG, ELEMS, INC};
+use crate::bench::tiny::{Checker, TinyImage, CFG, ELEMS, INC};
 use anyhow::{Context, Result};
 use cuda_core::{Device, DeviceRepr, LaunchConfig};
 use cudarc::driver::result as cu;
@@ -25,21 +26,32 @@ pub struct RawGraph {
 }
 
 /// Driver handles in a device's primary context: one non-blocking stream, modules, buffers and
-/// graphs.
+/// graphs; the tiny kernel and its counter buffers.
 pub struct Raw {
     dev: Device,
-    pub stream: sys::CUstream,
+    stream: sys::CUstream,
     modules: Vec<sys::CUmodule>,
     bufs: Vec<sys::CUdeviceptr>,
     graphs: RefCell<Vec<RawGraph>>,
+    tiny: sys::CUfunction,
+    counters: Vec<sys::CUdeviceptr>,
+    /// Launches queued on each counter buffer.
+    pub launches: Vec<u64>,
 }
 
 impl Raw {
-    /// Binds `dev`'s primary context and creates a non-blocking stream in it.
-    pub fn new(dev: &Device) -> Result<Raw> {
+    /// Binds `dev`'s primary context, creates a non-blocking stream in it, loads the tiny kernel
+    /// and allocates `counters` buffers holding `init`.
+    pub fn new(dev: &Device, image: &TinyImage, counters: usize, init: &[u64]) -> Result<Raw> {
         dev.bind().context("binding the primary context for the raw side")?;
         let stream = cu::stream::create(cu::stream::StreamKind::NonBlocking).context("cuStreamCreate")?;
-        Ok(Raw { dev: *dev, stream, modules: vec![], bufs: vec![], graphs: RefCell::default() })
+        let (modules, bufs, graphs, tiny) = (vec![], vec![], RefCell::default(), std::ptr::null_mut());
+        let mut raw =
+            Raw { dev: *dev, stream, modules, bufs, graphs, tiny, counters: vec![], launches: vec![] };
+        raw.tiny = raw.load(image.bytes(), "tiny")?;
+        raw.counters = (0..counters).map(|_| raw.upload(init)).collect::<Result<_>>()?;
+        raw.launches = vec![0; counters];
+        Ok(raw)
     }
 
     /// Loads a CUBIN and looks up kernel `name`, valid until [`Raw::close`].
@@ -95,7 +107,7 @@ impl Raw {
     /// `f` is a function of [`Raw::load`]; `params` point to live values of the kernel's parameter
     /// types, in order; the kernel accesses only live buffers, within bounds.
     #[inline(always)]
-    pub unsafe fn launch(
+    pub unsafe fn launch_kernel(
         &self,
         f: sys::CUfunction,
         cfg: LaunchConfig,
@@ -203,35 +215,18 @@ impl Drop for Raw {
     }
 }
 
-/// The raw side of the tiny kernel: [`Raw`] with the kernel loaded and counter buffers with the
-/// number of launches queued on each.
-pub struct RawTiny {
-    pub raw: Raw,
-    func: sys::CUfunction,
-    pub bufs: Vec<sys::CUdeviceptr>,
-    pub launches: Vec<u64>,
-}
-
-impl RawTiny {
-    /// Loads `image`, allocates `nbufs` buffers holding `init`.
-    pub fn new(dev: &Device, image: &TinyImage, nbufs: usize, init: &[u64]) -> Result<RawTiny> {
-        let mut raw = Raw::new(dev)?;
-        let func = raw.load(image.bytes(), "tiny")?;
-        let bufs = (0..nbufs).map(|_| raw.upload(init)).collect::<Result<_>>()?;
-        Ok(RawTiny { raw, func, bufs, launches: vec![0; nbufs] })
-    }
-
-    /// Queues one launch on buffer `k` without counting it (for captures: count the replays).
+impl Raw {
+    /// Queues one launch on counter buffer `k` without counting it (for captures: count replays).
     #[inline(always)]
     pub fn enqueue(&self, k: usize) -> Result<()> {
-        let (mut x, mut inc, mut n) = (self.bufs[k], INC, ELEMS as u64);
+        let (mut x, mut inc, mut n) = (self.counters[k], INC, ELEMS as u64);
         // SAFETY: `tiny(unsigned long long*, unsigned int, unsigned long long)` gets pointers to
         // values of those types; it writes x[i] for i < n = ELEMS, the size of buffer k, which
         // lives until `close` (after the stream is synchronized and the graphs are gone).
-        unsafe { self.raw.launch(self.func, CFG, &mut [param(&mut x), param(&mut inc), param(&mut n)]) }
+        unsafe { self.launch_kernel(self.tiny, CFG, &mut [param(&mut x), param(&mut inc), param(&mut n)]) }
     }
 
-    /// Queues one launch on buffer `k` and counts it.
+    /// Queues one launch on counter buffer `k` and counts it.
     #[inline(always)]
     pub fn launch(&mut self, k: usize) -> Result<()> {
         self.enqueue(k)?;
@@ -239,16 +234,10 @@ impl RawTiny {
         Ok(())
     }
 
-    /// Waits for the stream.
-    #[inline]
-    pub fn sync(&self) -> Result<()> {
-        self.raw.sync()
-    }
-
-    /// Checks every buffer as `raw {k}`.
-    pub fn check(&self, c: &mut crate::bench::tiny::Checker) -> Result<()> {
-        for (k, (&p, &n)) in self.bufs.iter().zip(&self.launches).enumerate() {
-            c.check(&format!("raw {k}"), &self.raw.download::<u64>(p, ELEMS)?, n)?;
+    /// Checks every counter buffer as `raw {k}`.
+    pub fn check(&self, c: &mut Checker) -> Result<()> {
+        for (k, (&p, &n)) in self.counters.iter().zip(&self.launches).enumerate() {
+            c.check(&format!("raw {k}"), &self.download::<u64>(p, ELEMS)?, n)?;
         }
         Ok(())
     }

@@ -17,15 +17,13 @@
 //!
 //! Afterwards every buffer of both sides must hold its initial values plus its launch count.
 //!
-//! `cargo run --release -p cuda-async-examples --bin bench-async -- [--roundtrips N] [--chain L]
-//! [--chains C] [--tasks T] [--task-ops K] [--compose-builds B] [--repeats R] [--warmup W]
-//! [--json PATH]`
+//! `cargo run --release -p cuda-async-examples --bin bench-async -- --help` lists the options.
 
 use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use cuda_async::combinators::BoxedOp;
 use cuda_async::{DeviceOpExt, Op};
-use cuda_async_examples::bench::raw::RawTiny;
+use cuda_async_examples::bench::raw::Raw;
 use cuda_async_examples::bench::tiny::{self, Checker, Counted, TinyFunction, TinyImage};
 use cuda_async_examples::bench::{self, Case, Common, Goal};
 use cuda_core::{Device, Stream};
@@ -76,7 +74,7 @@ fn main() -> Result<()> {
 
     // Raw buffers: one for 1 and 3, `chain` for 2, `tasks` for 4.
     let (chain_bufs, task_bufs) = (1..1 + a.chain, 1 + a.chain..1 + a.chain + a.tasks);
-    let mut raw = RawTiny::new(&dev, &image, task_bufs.end, &init)?;
+    let mut raw = Raw::new(&dev, &image, task_bufs.end, &init)?;
     // Framework buffers: `single` and `chain` live on `stream`; `pooled` and `tasks` are allocated
     // the way a user of the default policy would (`memory::from_host(..).sync()`), so their home
     // is a pool stream.
@@ -208,12 +206,12 @@ fn main() -> Result<()> {
         raw.check(&mut check)?;
         Ok(check.summary())
     })();
-    raw.raw.close()?;
+    raw.close()?;
     run.report.publish(correctness, a.common.json.as_deref())
 }
 
 /// Raw: for each buffer of `bufs` in turn, `n` times (launch; synchronize).
-fn raw_round_trips(raw: &mut RawTiny, bufs: Range<usize>, n: usize) -> Result<()> {
+fn raw_round_trips(raw: &mut Raw, bufs: Range<usize>, n: usize) -> Result<()> {
     for k in bufs {
         for _ in 0..n {
             raw.launch(k)?;

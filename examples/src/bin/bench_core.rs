@@ -8,12 +8,11 @@
 //! A and B: goal framework / raw ≤ 1.02. Afterwards both buffers must hold exactly their initial
 //! values plus the number of launches queued on them.
 //!
-//! `cargo run --release -p cuda-async-examples --bin bench-core -- [--launches N] [--roundtrips M]
-//! [--repeats R] [--warmup W] [--json PATH]`
+//! `cargo run --release -p cuda-async-examples --bin bench-core -- --help` lists the options.
 
 use anyhow::{ensure, Context, Result};
 use clap::Parser;
-use cuda_async_examples::bench::raw::RawTiny;
+use cuda_async_examples::bench::raw::Raw;
 use cuda_async_examples::bench::tiny::{self, Checker, Counted, TinyImage};
 use cuda_async_examples::bench::{self, Case, Common, Goal, Row};
 use cuda_core::nvrtc::{CacheOrigin, KernelCache};
@@ -51,7 +50,7 @@ fn main() -> Result<()> {
     let func = image.load(&dev)?;
     let stream = Stream::new(&dev)?;
     let mut fw = Counted::new(&stream, &init)?;
-    let mut raw = RawTiny::new(&dev, &image, 1, &init)?;
+    let mut raw = Raw::new(&dev, &image, 1, &init)?;
 
     let n = args.launches;
     let case = Case::new("A launch throughput", "us/launch", n, || {
@@ -101,7 +100,7 @@ fn main() -> Result<()> {
         raw.check(&mut check)?;
         Ok(check.summary())
     })();
-    raw.raw.close()?;
+    raw.close()?;
     run.report.publish(correctness, args.common.json.as_deref())
 }
 

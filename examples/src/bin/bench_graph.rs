@@ -25,14 +25,12 @@
 //! kernels that ran on it, and for 6 every output must equal `v_i * x` after setting distinct
 //! factors and replaying once (both sides).
 //!
-//! `cargo run --release -p cuda-async-examples --bin bench-graph -- [--replay-kernels M]
-//! [--calls C] [--sync-every E] [--captures K] [--capture-nodes L] [--iters I] [--roundtrips T]
-//! [--sweeps S] [--repeats R] [--warmup W] [--json PATH]`
+//! `cargo run --release -p cuda-async-examples --bin bench-graph -- --help` lists the options.
 
 use anyhow::{ensure, Context, Result};
 use clap::Parser;
 use cuda_async::{CudaGraph, DeviceOpExt};
-use cuda_async_examples::bench::raw::{param, RawGraph, RawTiny};
+use cuda_async_examples::bench::raw::{param, Raw, RawGraph};
 use cuda_async_examples::bench::tiny::{self, Checker, Counted, TinyFunction, TinyImage};
 use cuda_async_examples::bench::{self, median, Case, Common, Goal, Row};
 use cuda_core::nvrtc::KernelCache;
@@ -99,13 +97,13 @@ fn main() -> Result<()> {
     let init = tiny::init_values(&mut rng);
     let px: Vec<f32> = (0..PARAM_ELEMS).map(|_| rng.random_range(0.5..1.5)).collect();
 
-    let mut raw = RawTiny::new(&dev, &image, SINGLE + 1, &init)?;
+    let mut raw = Raw::new(&dev, &image, SINGLE + 1, &init)?;
     let elementwise = KernelCache::global()
         .compile(&dev, "elementwise.cu", kernels::ELEMENTWISE_SRC, &["-std=c++17".to_string()])
         .context("compiling the elementwise kernels for the raw side")?;
-    let scale = raw.raw.load(&elementwise.image, "scale_f32")?;
-    let rpx = raw.raw.upload(&px)?;
-    let rpys = (0..PARAM_NODES).map(|_| raw.raw.upload(&[0f32; PARAM_ELEMS])).collect::<Result<Vec<_>>>()?;
+    let scale = raw.load(&elementwise.image, "scale_f32")?;
+    let rpx = raw.upload(&px)?;
+    let rpys = (0..PARAM_NODES).map(|_| raw.upload(&[0f32; PARAM_ELEMS])).collect::<Result<Vec<_>>>()?;
 
     let counted = |n: usize| (0..n).map(|_| Counted::new(&stream, &init)).collect::<Result<Vec<_>>>();
     let (mut sized, mut wide) = (counted(SIZES.len())?, counted(WIDE)?);
@@ -121,7 +119,7 @@ fn main() -> Result<()> {
         let fg = fw_chain(&stream, &func, &mut sized[i], n)?;
         let nodes = fg.graph().node_count()?;
         ensure!(nodes == n, "the framework graph of {n} Tiny has {nodes} nodes");
-        let rg = raw.raw.capture(|| (0..n).try_for_each(|_| raw.enqueue(i)))?;
+        let rg = raw.capture(|| (0..n).try_for_each(|_| raw.enqueue(i)))?;
         let (replays, c) = ((a.replay_kernels / n).max(1), &mut sized[i]);
         let case = Case::new(format!("1 replay, {n}-kernel graph"), "us/kernel", replays * n, || {
             for _ in 0..replays {
@@ -135,7 +133,7 @@ fn main() -> Result<()> {
         let case = case.raw(|| {
             for _ in 0..replays {
                 // SAFETY: a live graph of ours over our live buffer.
-                unsafe { raw.raw.replay(&rg) }?;
+                unsafe { raw.replay(&rg) }?;
             }
             raw.launches[i] += (replays * n) as u64;
             raw.sync()
@@ -165,7 +163,7 @@ fn main() -> Result<()> {
     });
     let case = case.raw(|| {
         // SAFETY: as in 1.
-        let secs = per_call(calls, every, || unsafe { raw.raw.replay(&rg) }, || raw.sync());
+        let secs = per_call(calls, every, || unsafe { raw.replay(&rg) }, || raw.sync());
         raw.launches[0] += (calls * n2) as u64;
         secs
     });
@@ -195,10 +193,10 @@ fn main() -> Result<()> {
         let mut secs = 0.0;
         for _ in 0..captures {
             let t = Instant::now();
-            let g = raw.raw.capture(|| (0..nodes).try_for_each(|_| raw.enqueue(CAPTURE)))?;
+            let g = raw.capture(|| (0..nodes).try_for_each(|_| raw.enqueue(CAPTURE)))?;
             secs += t.elapsed().as_secs_f64();
             raw.sync()?;
-            raw.raw.destroy(g)?;
+            raw.destroy(g)?;
         }
         Ok(secs)
     });
@@ -237,7 +235,7 @@ fn main() -> Result<()> {
     // 5. .await of a replay.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let fw_one = fw_chain(&stream, &func, &mut single, 1)?;
-    let raw_one = raw.raw.capture(|| raw.enqueue(SINGLE))?;
+    let raw_one = raw.capture(|| raw.enqueue(SINGLE))?;
     let m = a.roundtrips;
     let case = Case::new("5 await replay, 1-kernel graph", "us/iter", m, || {
         rt.block_on(async {
@@ -252,7 +250,7 @@ fn main() -> Result<()> {
     let case = case.raw(|| {
         for _ in 0..m {
             // SAFETY: a live graph of ours over our live buffer.
-            unsafe { raw.raw.replay(&raw_one) }?;
+            unsafe { raw.replay(&raw_one) }?;
             raw.sync()?;
         }
         raw.launches[SINGLE] += m as u64;
@@ -263,14 +261,18 @@ fn main() -> Result<()> {
 
     // 6. Parameter updates through handles.
     let cfg = kern.config(PARAM_ELEMS);
-    let raw_params = raw.raw.capture(|| {
+    let raw_params = raw.capture(|| {
         rpys.iter().try_for_each(|&y| {
             let (mut x, mut v, mut o, mut n) = (rpx, 1.0f32, y, PARAM_ELEMS as u64);
             // SAFETY: `scale_f32(const float* x, float alpha, float* out, unsigned long long n)`
             // gets pointers to values of those types; it reads x[0..n] and writes out[0..n] of our
             // buffers of n floats, which outlive the graph.
             unsafe {
-                raw.raw.launch(scale, cfg, &mut [param(&mut x), param(&mut v), param(&mut o), param(&mut n)])
+                raw.launch_kernel(
+                    scale,
+                    cfg,
+                    &mut [param(&mut x), param(&mut v), param(&mut o), param(&mut n)],
+                )
             }
         })
     })?;
@@ -318,13 +320,13 @@ fn main() -> Result<()> {
             set_alpha(raw_params, p, check_factor(i))?;
         }
         // SAFETY: a live graph of ours over our live buffers.
-        unsafe { raw.raw.replay(&raw_params) }?;
+        unsafe { raw.replay(&raw_params) }?;
         for (i, &y) in rpys.iter().enumerate() {
             check_scaled(
                 &format!("raw output {i} of 6"),
                 &px,
                 check_factor(i),
-                &raw.raw.download::<f32>(y, PARAM_ELEMS)?,
+                &raw.download::<f32>(y, PARAM_ELEMS)?,
             )?;
         }
         stream.synchronize()?;
@@ -340,7 +342,7 @@ fn main() -> Result<()> {
     })();
     stream.synchronize()?;
     drop((graphs, fw_wide, fw_one, fw_params));
-    raw.raw.close()?;
+    raw.close()?;
     run.report.publish(correctness, a.common.json.as_deref())
 }
 

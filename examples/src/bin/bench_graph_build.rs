@@ -12,8 +12,7 @@
 //! The WHILE node must run exactly N iterations every time, and every counter buffer must hold its
 //! initial values plus the number of kernels that ran on it.
 //!
-//! `cargo run --release -p cuda-async-examples --bin bench-graph-build -- [--repeats R] [--warmup W]
-//! [--json PATH]`
+//! `cargo run --release -p cuda-async-examples --bin bench-graph-build -- --help` lists the options.
 
 use anyhow::{ensure, Result};
 use clap::Parser;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One full round of checks on the GPU host, over a bundle built here with ../shared/gpu-bundle:
+# One full round of checks on the GPU host, over a bundle built here with scripts/gpu-bundle:
 # the GPU suites, the benchmarks (JSON), the MLP examples and compute-sanitizer runs. Full logs go
 # to $OUT/logs.tgz and the benchmark JSON to $OUT (or ./gpu-out); a condensed summary is printed.
 #   scripts/gpu-check.sh [suites|bench|sanitize|all]   (default: all)

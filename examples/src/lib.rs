@@ -1,5 +1,3 @@
-//! Shared helpers for the examples and benchmark programs.
+//! Shared pieces of the example and benchmark programs (the models are in the `models` crate).
 
 pub mod bench;
-pub mod mlp;
-pub mod raw;

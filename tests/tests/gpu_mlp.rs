@@ -8,11 +8,11 @@
 
 use cuda_async::memory::{to_host, zeros};
 use cuda_async::{CudaGraph, DeviceError, DeviceOpExt, Module};
-use cuda_async_examples::mlp::{max_abs_diff, max_rel_error, EagerMlp, GraphMlp, MlpWeights, DIMS};
 use cuda_async_tests::{ensure, random_f32, random_f64, rng, Suite, TestResult};
 use cuda_core::{Device, DeviceBuffer, Stream};
 use kernels::ops::{self, LinearShape};
 use kernels::{Element, Kernels};
+use models::mlp::{max_abs_diff, max_rel_error, EagerMlp, GraphMlp, MlpWeights, DIMS};
 use rand::rngs::StdRng;
 use rand::Rng;
 use std::sync::Arc;

@@ -1,30 +1,41 @@
 //! `bench-graph-build`: explicitly built graphs and device-side loops.
 //!
-//! 1. A 1,000-kernel chain of the tiny kernel built node by node (`GraphBodyExt::add_op`, and
-//!    `GraphBody::add_kernel` directly) vs the same chain captured (`CudaGraph::scope`): build time,
-//!    instantiate + upload time, and replay time per kernel.
+//! 1. A 1,000-kernel chain of the tiny counter kernel built node by node
+//!    (`GraphBodyExt::add_op`, and `GraphBody::add_kernel` directly) vs the same chain captured
+//!    (`CudaGraph::scope`, which includes instantiate + upload): build time; then instantiate +
+//!    upload, and replay time per kernel, of the explicit vs the captured graph.
 //! 2. A loop of N = 100 iterations of a small body (the tiny kernel plus a counter step): one
 //!    launch of a graph whose WHILE node runs the body until a device-side counter reaches N, vs a
 //!    host loop of N replays of a body graph (a) each followed by a synchronize, and (b) each
 //!    followed by reading the continue flag back, as a host-driven loop must.
 //!
-//! `cargo run --release -p cuda-async-examples --bin bench-graph-build -- [--repeats R] [--json PATH]`
+//! The WHILE node must run exactly N iterations every time, and every counter buffer must hold its
+//! initial values plus the number of kernels that ran on it.
+//!
+//! `cargo run --release -p cuda-async-examples --bin bench-graph-build -- --help` lists the options.
 
+use anyhow::{ensure, Result};
+use clap::Parser;
 use cuda_async::graph::GraphBodyExt;
-use cuda_async::{CaptureOptions, CudaGraph, DeviceOpExt};
-use cuda_async_examples::bench::{self, ctx, OptSpec, Row, JSON_OPT};
-use cuda_async_examples::raw::{
-    tiny_reference, Tiny, TinyFunction, TinyImage, TINY_CFG, TINY_ELEMS, TINY_SCALE,
-};
-use cuda_core::{Device, DeviceBuffer, Function, Graph, InstantiateFlags, LaunchConfig, Stream};
-use std::process::ExitCode;
+use cuda_async::{CaptureOptions, CudaGraph, DeviceError, DeviceOpExt};
+use cuda_async_examples::bench::tiny::{self, Checker, Counted, TinyFunction, TinyImage, CFG, INC};
+use cuda_async_examples::bench::{self, Case, Common};
+use cuda_core::{DeviceBuffer, Function, Graph, GraphExec, InstantiateFlags, LaunchConfig, Stream};
+use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
-const SPEC: &[OptSpec] =
-    &[OptSpec { name: "--repeats", value: "R", help: "repeats of each measurement (default 9)" }, JSON_OPT];
+/// Explicitly built graphs and WHILE loops.
+#[derive(Parser, serde::Serialize)]
+struct Args {
+    #[command(flatten)]
+    #[serde(flatten)]
+    common: Common,
+}
+
 const CHAIN: usize = 1000;
 const LOOP_N: u32 = 100;
 const REPLAYS: usize = 50;
+const ONE: LaunchConfig = LaunchConfig { grid: (1, 1, 1), block: (1, 1, 1), shared_mem_bytes: 0 };
 
 const STEP_SRC: &str = r#"
 extern "C" __global__ void step(unsigned* counter, const unsigned* limit, unsigned* flag) {
@@ -35,14 +46,7 @@ extern "C" __global__ void init(unsigned* counter, const unsigned* limit, unsign
 }
 "#;
 
-fn main() -> ExitCode {
-    bench::main_with("bench-graph-build", run)
-}
-
-fn ms_since(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
-}
-
+/// The loop's state: `counter` counts iterations up to `limit`; `flag` says whether to go on.
 struct Loop {
     step: Function,
     init: Function,
@@ -51,225 +55,184 @@ struct Loop {
     flag: DeviceBuffer<u32>,
 }
 
-const ONE: LaunchConfig = LaunchConfig { grid: (1, 1, 1), block: (1, 1, 1), shared_mem_bytes: 0 };
-
-fn run() -> Result<(), String> {
-    let Some(opts) =
-        bench::Options::from_env_or_usage("bench-graph-build", "explicit graphs and WHILE loops", SPEC)?
-    else {
-        return Ok(());
-    };
-    let repeats: usize = opts.get_or("--repeats", 9)?;
-    let (dev, gpu) = bench::open_gpu("bench-graph-build", bench::make_async_default)?;
-    kernels::Kernels::get(&dev).map_err(ctx("loading kernels"))?;
+fn main() -> Result<()> {
+    let a = Args::parse();
+    let (dev, mut run) = bench::start("bench-graph-build", &a, &a.common, true)?;
+    kernels::Kernels::get(&dev)?;
     let image = TinyImage::compile(&dev)?;
     let func = image.load(&dev)?;
-    let s = Stream::new(&dev).map_err(ctx("Stream::new"))?;
-    let init: Vec<f32> = (0..TINY_ELEMS).map(|i| i as f32 * 0.25 - 3.0).collect();
-    let mut report = gpu.report("bench-graph-build");
-    let mut checks = Vec::new();
+    let s = Stream::new(&dev)?;
+    let init = tiny::init_values(&mut bench::rng_from_time(&mut run.report));
+    let (mut by_op, mut by_kernel, mut captured_buf) =
+        (Counted::new(&s, &init)?, Counted::new(&s, &init)?, Counted::new(&s, &init)?);
 
     // 1. Chains.
-    let mut bufs: Vec<DeviceBuffer<f32>> = (0..3)
-        .map(|_| DeviceBuffer::from_host(&s, &init))
-        .collect::<Result<_, _>>()
-        .map_err(ctx("buffers"))?;
-    let (mut build_op, mut build_raw, mut build_cap) = (vec![], vec![], vec![]);
-    let (mut inst_exp, mut inst_cap, mut rep_exp, mut rep_cap) = (vec![], vec![], vec![], vec![]);
-    let mut launches = [0u64; 3];
-    for r in 0..repeats {
+    let mut capture = || build_secs(|| fw_capture(&s, &func, &mut captured_buf));
+    let case = Case::new("1 build 1000-kernel chain: add_op vs capture", "ms", 1, || {
+        build_secs(|| chain_by_ops(&s, &func, &mut by_op))
+    });
+    run.run(case.raw(&mut capture).note(
+        "raw column = CudaGraph::scope capture + instantiate + upload; framework column = 1000 x GraphBodyExt::add_op",
+    ))?;
+    let case = Case::new("1 build 1000-kernel chain: add_kernel vs capture", "ms", 1, || {
+        build_secs(|| chain_by_kernels(&s, &func, &mut by_kernel))
+    });
+    run.run(case.raw(&mut capture).note("framework column = 1000 x unsafe GraphBody::add_kernel"))?;
+
+    let explicit = chain_by_ops(&s, &func, &mut by_op)?;
+    let captured = fw_capture(&s, &func, &mut captured_buf)?;
+    // Timed: instantiate, upload and wait for the upload; the destruction is left out.
+    let instantiate = |g: &Graph| -> Result<f64> {
         let t = Instant::now();
-        let explicit = chain_by_ops(&dev, &func, &mut bufs[0])?;
-        build_op.push(ms_since(t));
-        let t = Instant::now();
-        let _explicit_raw = chain_by_kernels(&dev, &func, &mut bufs[1])?;
-        build_raw.push(ms_since(t));
-        let t = Instant::now();
-        let captured = CudaGraph::scope(&s, |sc| {
-            for _ in 0..CHAIN {
-                sc.record(Tiny { func: &func, buf: &mut bufs[2] })?;
-            }
-            Ok(())
-        })
-        .map_err(ctx("capturing the chain"))?;
-        build_cap.push(ms_since(t));
-        let order: [&Graph; 2] = [&explicit, captured.graph()];
-        let mut inst = [0.0; 2];
-        let mut execs = Vec::new();
-        for (i, g) in order.iter().enumerate() {
-            let t = Instant::now();
-            let e = g.instantiate_and_upload(InstantiateFlags::NONE, &s).map_err(ctx("instantiate"))?;
-            s.synchronize().map_err(ctx("sync"))?;
-            inst[i] = ms_since(t);
-            execs.push(e);
-        }
-        inst_exp.push(inst[0]);
-        inst_cap.push(inst[1]);
-        let mut rep = [0.0; 2];
-        for k in 0..2 {
-            let i = if r % 2 == 0 { k } else { 1 - k };
-            let t = Instant::now();
-            for _ in 0..REPLAYS {
-                execs[i].launch(&s).map_err(ctx("replay"))?;
-            }
-            s.synchronize().map_err(ctx("sync"))?;
-            rep[i] = t.elapsed().as_secs_f64() * 1e6 / (REPLAYS * CHAIN) as f64;
-        }
-        rep_exp.push(rep[0]);
-        rep_cap.push(rep[1]);
-        launches[0] += (REPLAYS * CHAIN) as u64;
-        launches[2] += (REPLAYS * CHAIN) as u64;
-    }
-    let b0 = bufs[0].to_vec().map_err(ctx("read"))?;
-    let b2 = bufs[2].to_vec().map_err(ctx("read"))?;
-    checks.push(b0 == tiny_reference(&init, launches[0]) && b2 == tiny_reference(&init, launches[2]));
-    report.rows.push(Row::compare("1 build 1000-kernel chain: add_op vs capture", "ms", build_cap.clone(), build_op, None)
-        .with_note("raw column = CudaGraph::scope capture + instantiate + upload; framework column = 1000 x GraphBodyExt::add_op (each op recorded once)"));
-    report.rows.push(
-        Row::compare("1 build 1000-kernel chain: add_kernel vs capture", "ms", build_cap, build_raw, None)
-            .with_note("framework column = 1000 x unsafe GraphBody::add_kernel"),
+        let _exec = g.instantiate_and_upload(InstantiateFlags::NONE, &s)?;
+        s.synchronize()?;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    let case = Case::new("1 instantiate+upload: explicit vs captured", "ms", 1, || instantiate(&explicit));
+    let note = "raw column = the captured graph, framework column = the explicitly built one";
+    run.run(case.raw(|| instantiate(captured.graph())).note(note))?;
+    let (exec_explicit, exec_captured) = (
+        explicit.instantiate_and_upload(InstantiateFlags::NONE, &s)?,
+        captured.graph().instantiate_and_upload(InstantiateFlags::NONE, &s)?,
     );
-    report.rows.push(
-        Row::compare("1 instantiate+upload: explicit vs captured", "ms", inst_cap, inst_exp, None)
-            .with_note("raw column = the captured graph, framework column = the explicitly built one"),
-    );
-    report.rows.push(
-        Row::compare("1 replay per kernel: explicit vs captured", "us/kernel", rep_cap, rep_exp, None)
-            .with_note(format!("{REPLAYS} replays of each 1000-kernel graph, then one synchronize")),
-    );
+    let replays = |exec: &GraphExec, c: &mut Counted| -> Result<()> {
+        (0..REPLAYS).try_for_each(|_| exec.launch(&s))?;
+        c.launches += (REPLAYS * CHAIN) as u64;
+        Ok(s.synchronize()?)
+    };
+    let case = Case::new("1 replay per kernel: explicit vs captured", "us/kernel", REPLAYS * CHAIN, || {
+        replays(&exec_explicit, &mut by_op)
+    });
+    let note = format!("{REPLAYS} replays of each 1000-kernel graph, then one synchronize");
+    run.run(case.raw(|| replays(&exec_captured, &mut captured_buf)).note(note))?;
 
     // 2. WHILE loop vs host loops.
-    let m = dev.compile_module("step.cu", STEP_SRC, &[]).map_err(ctx("compiling step"))?;
+    let m = dev.compile_module("step.cu", STEP_SRC, &[])?;
     let mut lp = Loop {
-        step: m.function("step").map_err(ctx("step"))?,
-        init: m.function("init").map_err(ctx("init"))?,
-        counter: DeviceBuffer::from_host(&s, &[0u32]).map_err(ctx("counter"))?,
-        limit: DeviceBuffer::from_host(&s, &[LOOP_N]).map_err(ctx("limit"))?,
-        flag: DeviceBuffer::from_host(&s, &[1u32]).map_err(ctx("flag"))?,
+        step: m.function("step")?,
+        init: m.function("init")?,
+        counter: DeviceBuffer::from_host(&s, &[0u32])?,
+        limit: DeviceBuffer::from_host(&s, &[LOOP_N])?,
+        flag: DeviceBuffer::from_host(&s, &[1u32])?,
     };
-    let mut work = DeviceBuffer::from_host(&s, &init).map_err(ctx("work"))?;
-    let while_graph = build_while(&dev, &s, &func, &mut lp, &mut work)?;
-    let body_graph = build_body(&s, &func, &mut lp, &mut work)?;
-    let mut work_launches = 0u64;
-    let (mut dev_loop, mut host_sync, mut host_read) = (vec![], vec![], vec![]);
-    for _ in 0..repeats + 1 {
+    let mut work = Counted::new(&s, &init)?;
+    let while_graph = build_while(&s, &func, &mut lp, &mut work.buf)?;
+    let body_graph = build_body(&s, &func, &mut lp, &mut work.buf)?;
+    let (lp, work_launches) = (RefCell::new(lp), Cell::new(0u64));
+    let mut on_device = || -> Result<f64> {
         let t = Instant::now();
-        while_graph.launch().sync_on(&s).map_err(ctx("WHILE graph"))?;
-        dev_loop.push(t.elapsed().as_secs_f64() * 1e6);
-        work_launches += LOOP_N as u64;
-        let counted = lp.counter.to_vec().map_err(ctx("counter"))?[0];
-        checks.push(counted == LOOP_N);
-        lp.counter.copy_from_host(&s, &[0]).map_err(ctx("reset"))?;
-        s.synchronize().map_err(ctx("sync"))?;
+        while_graph.launch().sync_on(&s)?;
+        let secs = t.elapsed().as_secs_f64();
+        let n = lp.borrow().counter.to_vec()?[0];
+        ensure!(n == LOOP_N, "the WHILE node ran {n} iterations, not {LOOP_N}");
+        work_launches.set(work_launches.get() + u64::from(n));
+        Ok(secs)
+    };
+    let case = Case::new("2 loop of 100: WHILE node vs host replays + sync", "us", 1, &mut on_device);
+    let case = case.raw(|| {
         let t = Instant::now();
-        for _ in 0..LOOP_N {
-            body_graph.launch().sync_on(&s).map_err(ctx("body replay"))?;
-        }
-        host_sync.push(t.elapsed().as_secs_f64() * 1e6);
-        lp.counter.copy_from_host(&s, &[0]).map_err(ctx("reset"))?;
-        s.synchronize().map_err(ctx("sync"))?;
-        let t = Instant::now();
+        (0..LOOP_N).try_for_each(|_| body_graph.launch().sync_on(&s))?;
+        work_launches.set(work_launches.get() + u64::from(LOOP_N));
+        Ok(t.elapsed().as_secs_f64())
+    });
+    run.run(case.note("raw column = host loop of 100 body replays, each followed by a synchronize"))?;
+    let case = Case::new("2 loop of 100: WHILE node vs host replays + flag read", "us", 1, &mut on_device);
+    let case = case.raw(|| {
+        let mut lp = lp.borrow_mut();
+        lp.counter.copy_from_host(&s, &[0])?;
+        s.synchronize()?;
+        let (t, mut n) = (Instant::now(), 0u64);
         loop {
-            body_graph.launch().sync_on(&s).map_err(ctx("body replay"))?;
-            if lp.flag.to_vec().map_err(ctx("flag"))?[0] == 0 {
+            body_graph.launch().sync_on(&s)?;
+            n += 1;
+            if lp.flag.to_vec()?[0] == 0 {
                 break;
             }
         }
-        host_read.push(t.elapsed().as_secs_f64() * 1e6);
-        work_launches += 2 * LOOP_N as u64;
-        checks.push(lp.counter.to_vec().map_err(ctx("counter"))?[0] == LOOP_N);
-    }
-    // The first sample of each includes one-time costs.
-    let (dev_loop, host_sync, host_read) =
-        (dev_loop[1..].to_vec(), host_sync[1..].to_vec(), host_read[1..].to_vec());
-    report.rows.push(
-        Row::compare(
-            "2 loop of 100: WHILE node vs host replays + sync",
-            "us",
-            host_sync,
-            dev_loop.clone(),
-            None,
-        )
-        .with_note("raw column = host loop of 100 body replays, each followed by a synchronize"),
-    );
-    report.rows.push(
-        Row::compare(
-            "2 loop of 100: WHILE node vs host replays + flag read",
-            "us",
-            host_read,
-            dev_loop,
-            None,
-        )
-        .with_note(
-            "raw column = host loop that replays the body and reads the continue flag back each iteration",
-        ),
-    );
-    let wv = work.to_vec().map_err(ctx("read"))?;
-    checks.push(wv == tiny_reference(&init, work_launches));
-    let ok = checks.iter().all(|&c| c);
-    let correctness = if ok {
-        Ok(format!("ok: chains and loops match the host reference; the WHILE node ran exactly {LOOP_N} iterations each time"))
-    } else {
-        Err(format!("mismatch in {} of {} checks", checks.iter().filter(|c| !**c).count(), checks.len()))
-    };
-    report.publish(&correctness, opts.json_path().as_deref())?;
-    bench::conclude(correctness)
+        let secs = t.elapsed().as_secs_f64();
+        ensure!(
+            n == u64::from(LOOP_N) && lp.counter.to_vec()?[0] == LOOP_N,
+            "the host loop ran {n} iterations"
+        );
+        work_launches.set(work_launches.get() + n);
+        Ok(secs)
+    });
+    let note = "raw column = host loop that replays the body and reads the continue flag back each iteration";
+    run.run(case.note(note))?;
+    work.launches = work_launches.get();
+
+    let mut check = Checker::new(&init);
+    let correctness = (|| {
+        s.synchronize()?;
+        check.counted("chain by add_op", [&by_op])?;
+        check.counted("chain by add_kernel (never run)", [&by_kernel])?;
+        check.counted("captured chain", [&captured_buf])?;
+        check.counted("loop work", [&work])?;
+        Ok(format!("{}; the WHILE node ran exactly {LOOP_N} iterations each time", check.summary()))
+    })();
+    run.report.publish(correctness, a.common.json.as_deref())
 }
 
-fn chain_by_ops(dev: &Device, func: &TinyFunction, buf: &mut DeviceBuffer<f32>) -> Result<Graph, String> {
-    let mut g = Graph::new(dev).map_err(ctx("Graph::new"))?;
+/// The seconds `build` takes; what it built is dropped afterwards, untimed.
+fn build_secs<G>(build: impl FnOnce() -> Result<G>) -> Result<f64> {
+    let t = Instant::now();
+    let built = build()?;
+    let secs = t.elapsed().as_secs_f64();
+    drop(built);
+    Ok(secs)
+}
+
+/// The chain captured (`CudaGraph::scope`: capture, instantiate, upload).
+fn fw_capture(s: &Stream, func: &TinyFunction, c: &mut Counted) -> Result<CudaGraph<()>> {
+    Ok(CudaGraph::scope(s, |sc| (0..CHAIN).try_for_each(|_| sc.record(c.op(func))))?)
+}
+
+/// The chain built node by node with `add_op`.
+fn chain_by_ops(s: &Stream, func: &TinyFunction, c: &mut Counted) -> Result<Graph> {
+    let mut g = Graph::new(s.device())?;
     let mut b = g.builder();
     let mut prev = vec![];
     for _ in 0..CHAIN {
-        let (_, n) = b.add_op(Tiny { func, buf: &mut *buf }, &prev).map_err(ctx("add_op"))?;
-        prev = vec![n];
+        prev = vec![b.add_op(c.op(func), &prev)?.1];
     }
     Ok(g)
 }
 
-fn chain_by_kernels(dev: &Device, func: &TinyFunction, buf: &mut DeviceBuffer<f32>) -> Result<Graph, String> {
-    let mut g = Graph::new(dev).map_err(ctx("Graph::new"))?;
+/// The chain built node by node with `add_kernel`.
+fn chain_by_kernels(s: &Stream, func: &TinyFunction, c: &mut Counted) -> Result<Graph> {
+    let mut g = Graph::new(s.device())?;
     let mut b = g.builder();
-    let mut prev = vec![];
+    let (mut prev, n) = (vec![], c.buf.len() as u64);
     for _ in 0..CHAIN {
-        // SAFETY: `tiny(float* x, float a, u64 n)` with exactly these argument types; it writes
-        // x[0..n) of the `&mut` buffer, which the graph keeps alive.
-        let n = unsafe {
-            b.add_kernel(func.function(), TINY_CFG, (&mut *buf, TINY_SCALE, TINY_ELEMS as u64), &prev)
-        }
-        .map_err(ctx("add_kernel"))?;
-        prev = vec![n];
+        // SAFETY: `tiny(unsigned long long* x, unsigned int inc, unsigned long long n)` with
+        // exactly these argument types; it writes x[0..n) of the `&mut` buffer, which the graph
+        // keeps alive.
+        prev = vec![unsafe { b.add_kernel(func.function(), CFG, (&mut c.buf, INC, n), &prev) }?];
     }
     Ok(g)
 }
 
 /// init → set-conditional → WHILE { tiny; step; set-conditional }.
 fn build_while(
-    dev: &Device,
     s: &Stream,
     func: &TinyFunction,
     lp: &mut Loop,
-    work: &mut DeviceBuffer<f32>,
-) -> Result<CudaGraph<()>, String> {
-    let mut g = Graph::new(dev).map_err(ctx("Graph::new"))?;
-    {
-        let mut b = g.builder();
-        let cond = b.conditional(None).map_err(ctx("conditional"))?;
-        // SAFETY: init(unsigned* counter, const unsigned* limit, unsigned* flag), 1-element buffers.
-        let i = unsafe { b.add_kernel(&lp.init, ONE, (&mut lp.counter, &lp.limit, &mut lp.flag), &[]) }
-            .map_err(ctx("init"))?;
-        let set = b.add_set_conditional(&cond, &lp.flag, &[i]).map_err(ctx("set"))?;
-        b.add_while::<cuda_async::DeviceError>(&cond, &[set], |body| {
-            let (_, t) = body.add_op(Tiny { func, buf: &mut *work }, &[])?;
-            // SAFETY: step(counter, limit, flag), 1-element buffers.
-            let st =
-                unsafe { body.add_kernel(&lp.step, ONE, (&mut lp.counter, &lp.limit, &mut lp.flag), &[t])? };
-            body.add_set_conditional(&cond, &lp.flag, &[st])?;
-            Ok(())
-        })
-        .map_err(ctx("WHILE"))?;
-    }
-    CudaGraph::from_graph(s, g, CaptureOptions::default()).map_err(ctx("instantiate WHILE"))
+    work: &mut DeviceBuffer<u64>,
+) -> Result<CudaGraph<()>> {
+    let mut g = Graph::new(s.device())?;
+    let mut b = g.builder();
+    let cond = b.conditional(None)?;
+    // SAFETY: init(unsigned* counter, const unsigned* limit, unsigned* flag) on 1-element buffers.
+    let i = unsafe { b.add_kernel(&lp.init, ONE, (&mut lp.counter, &lp.limit, &mut lp.flag), &[]) }?;
+    let set = b.add_set_conditional(&cond, &lp.flag, &[i])?;
+    b.add_while::<DeviceError>(&cond, &[set], |body| {
+        let (_, t) = body.add_op(tiny::Tiny { func, buf: &mut *work }, &[])?;
+        // SAFETY: step(counter, limit, flag) on 1-element buffers.
+        let st = unsafe { body.add_kernel(&lp.step, ONE, (&mut lp.counter, &lp.limit, &mut lp.flag), &[t])? };
+        body.add_set_conditional(&cond, &lp.flag, &[st])?;
+        Ok(())
+    })?;
+    Ok(CudaGraph::from_graph(s, g, CaptureOptions::default())?)
 }
 
 /// tiny; step — the body alone, for host-driven loops.
@@ -277,15 +240,12 @@ fn build_body(
     s: &Stream,
     func: &TinyFunction,
     lp: &mut Loop,
-    work: &mut DeviceBuffer<f32>,
-) -> Result<CudaGraph<()>, String> {
-    let mut g = Graph::new(s.device()).map_err(ctx("Graph::new"))?;
-    {
-        let mut b = g.builder();
-        let (_, t) = b.add_op(Tiny { func, buf: &mut *work }, &[]).map_err(ctx("add_op"))?;
-        // SAFETY: step(counter, limit, flag), 1-element buffers.
-        unsafe { b.add_kernel(&lp.step, ONE, (&mut lp.counter, &lp.limit, &mut lp.flag), &[t]) }
-            .map_err(ctx("step"))?;
-    }
-    CudaGraph::from_graph(s, g, CaptureOptions::default()).map_err(ctx("instantiate body"))
+    work: &mut DeviceBuffer<u64>,
+) -> Result<CudaGraph<()>> {
+    let mut g = Graph::new(s.device())?;
+    let mut b = g.builder();
+    let (_, t) = b.add_op(tiny::Tiny { func, buf: work }, &[])?;
+    // SAFETY: step(counter, limit, flag) on 1-element buffers.
+    unsafe { b.add_kernel(&lp.step, ONE, (&mut lp.counter, &lp.limit, &mut lp.flag), &[t]) }?;
+    Ok(CudaGraph::from_graph(s, g, CaptureOptions::default())?)
 }

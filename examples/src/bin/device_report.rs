@@ -5,6 +5,8 @@
 
 use cuda_core::{Device, DeviceBuffer, Event, Stream};
 use kernels::Kernels;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -45,13 +47,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     let s = Stream::new(&dev)?;
     let len = 1 << 24;
-    let mut state = 0x9e3779b97f4a7c15u64;
-    let mut rnd = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    };
+    let mut rng = SmallRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
+    let mut rnd = || rng.random_range(-1.0f32..1.0);
     let xh: Vec<f32> = (0..len).map(|_| rnd()).collect();
     let yh: Vec<f32> = (0..len).map(|_| rnd()).collect();
     let alpha = 1.5f32;

@@ -10,45 +10,44 @@
 //! latency of blocking passes (`GraphMlp::run`) from one thread. Exit code 1 on any mismatch
 //! (error relative to the reference's scale >= 1e-4) or error.
 
-use cuda_async::{DeviceError, Module};
-use cuda_async_examples::bench::{self, OptSpec, Options, Report, Row, SplitMix64, JSON_OPT};
-use cuda_async_examples::mlp::{max_rel_error, GraphMlp, MlpWeights, DIMS};
-use cuda_core::{Device, Stream};
-use std::error::Error;
-use std::path::Path;
-use std::process::ExitCode;
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use cuda_async::Module;
+use cuda_async_examples::bench::{self, median, Goal, Report, Row};
+use cuda_core::Stream;
+use models::mlp::{max_rel_error, GraphMlp, MlpWeights, DIMS};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Tokio tasks sharing one graph-backed MLP.
+#[derive(Parser, serde::Serialize)]
+struct Args {
+    /// Also write the results as JSON to PATH
+    #[arg(long, value_name = "PATH")]
+    #[serde(skip)]
+    json: Option<PathBuf>,
+    /// Tokio tasks sharing the model
+    #[arg(long, default_value_t = 32, value_parser = bench::at_least_one)]
+    tasks: usize,
+    /// Forward passes per task, each on its own input
+    #[arg(long, default_value_t = 20, value_parser = bench::at_least_one)]
+    iters: usize,
+    /// Rows per pass
+    #[arg(long, default_value_t = 1, value_parser = bench::at_least_one)]
+    batch: usize,
+    /// Tokio worker threads
+    #[arg(long, default_value_t = 4, value_parser = bench::at_least_one)]
+    workers: usize,
+    /// Seed of the weights and inputs
+    #[arg(long, default_value_t = 24301)]
+    seed: u64,
+}
+
 /// The bound on the error relative to the reference's scale.
 const TOL: f64 = 1e-4;
-
-const SPEC: [OptSpec; 6] = [
-    JSON_OPT,
-    OptSpec { name: "--tasks", value: "N", help: "tokio tasks sharing the model (default 32)" },
-    OptSpec {
-        name: "--iters",
-        value: "N",
-        help: "forward passes per task, each on its own input (default 20)",
-    },
-    OptSpec { name: "--batch", value: "N", help: "rows per pass (default 1)" },
-    OptSpec { name: "--workers", value: "N", help: "tokio worker threads (default 4)" },
-    OptSpec { name: "--seed", value: "S", help: "seed of the weights and inputs (default 24301)" },
-];
-
-fn main() -> ExitCode {
-    match run() {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => {
-            eprintln!("FAILED: some outputs differ from their references beyond the bound (see above)");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
 
 /// One pass of a task: the input and its f64 reference output.
 struct Job {
@@ -56,38 +55,24 @@ struct Job {
     reference: Vec<f64>,
 }
 
-/// What one task saw.
-struct TaskResult {
-    passes: usize,
-    mismatches: usize,
-    worst: f64,
-}
-
 /// Inputs for `tasks` tasks of `iters` passes each, with references computed on scoped threads.
-fn make_jobs(weights: &MlpWeights, tasks: usize, iters: usize, batch: usize, seed: u64) -> Vec<Vec<Job>> {
-    let mut rng = SplitMix64::new(seed ^ 0x7a5c_0000_0000_0001);
-    let n = batch * weights.in_dim();
-    let inputs: Vec<Vec<Vec<f32>>> = (0..tasks)
-        .map(|_| (0..iters).map(|_| (0..n).map(|_| rng.f32_in(-1.0, 1.0)).collect()).collect())
+fn make_jobs(weights: &MlpWeights, a: &Args) -> Vec<Vec<Job>> {
+    let mut rng = StdRng::seed_from_u64(a.seed ^ 0x7a5c_0000_0000_0001);
+    let n = a.batch * weights.in_dim();
+    let inputs: Vec<Vec<Vec<f32>>> = (0..a.tasks)
+        .map(|_| (0..a.iters).map(|_| (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()).collect())
         .collect();
-    let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).min(tasks.max(1));
-    let per = tasks.div_ceil(threads).max(1);
+    let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).min(a.tasks);
     std::thread::scope(|sc| {
         let handles: Vec<_> = inputs
-            .chunks(per)
+            .chunks(a.tasks.div_ceil(threads))
             .map(|chunk| {
                 sc.spawn(move || {
-                    chunk
-                        .iter()
-                        .map(|task| {
-                            task.iter()
-                                .map(|x| Job {
-                                    input: x.clone(),
-                                    reference: weights.host_forward_f64(x, batch),
-                                })
-                                .collect::<Vec<Job>>()
-                        })
-                        .collect::<Vec<Vec<Job>>>()
+                    let job = |x: &Vec<f32>| Job {
+                        input: x.clone(),
+                        reference: weights.host_forward_f64(x, a.batch),
+                    };
+                    chunk.iter().map(|task| task.iter().map(job).collect()).collect::<Vec<Vec<Job>>>()
                 })
             })
             .collect();
@@ -96,33 +81,24 @@ fn make_jobs(weights: &MlpWeights, tasks: usize, iters: usize, batch: usize, see
     })
 }
 
-fn run() -> Result<bool, Box<dyn Error>> {
-    let opts = Options::from_env(&SPEC)?;
-    if opts.help_requested() {
-        print!("{}", bench::usage("mlp-tokio", "tokio tasks sharing one graph-backed MLP", &SPEC));
-        return Ok(true);
-    }
-    let tasks = opts.count_or("--tasks", 32, 1)?;
-    let iters = opts.count_or("--iters", 20, 1)?;
-    let batch = opts.count_or("--batch", 1, 1)?;
-    let workers = opts.count_or("--workers", 4, 1)?;
-    let seed: u64 = opts.get_or("--seed", 24301)?;
-    cuda_core::gpu_available().map_err(|e| format!("no usable CUDA GPU: {e}"))?;
-
-    let dev = Device::new(0)?;
+fn main() -> Result<()> {
+    let a = Args::parse();
+    let dev = bench::open_device()?;
     let stream = Stream::new(&dev)?;
-    let weights = Arc::new(MlpWeights::random(&stream, seed, &DIMS)?);
-    let mut model = GraphMlp::new(weights.clone(), &stream, batch)?;
+    let weights = Arc::new(MlpWeights::random(&stream, a.seed, &DIMS)?);
+    let mut model = GraphMlp::new(weights.clone(), &stream, a.batch)?;
+    let (tasks, iters, workers) = (a.tasks, a.iters, a.workers);
     println!(
-        "{}: MLP {DIMS:?}, batch {batch}; {tasks} tasks x {iters} passes on {workers} tokio workers",
-        dev.name()
+        "{}: MLP {DIMS:?}, batch {}; {tasks} tasks x {iters} passes on {workers} tokio workers",
+        dev.name(),
+        a.batch
     );
 
     let t = Instant::now();
-    let jobs = make_jobs(&weights, tasks, iters, batch, seed);
+    let jobs = make_jobs(&weights, &a);
     println!("inputs and f64 references ready in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
 
-    // Blocking passes from this thread, for comparison (after a few warm-up passes).
+    // Blocking passes from this thread, for comparison (after 20 warm-up passes).
     let probe = &jobs[0][0];
     let mut sequential = Vec::new();
     for k in 0..(20 + iters.max(50)) {
@@ -133,8 +109,7 @@ fn run() -> Result<bool, Box<dyn Error>> {
         }
         let err = max_rel_error(&out, &probe.reference);
         if err >= TOL {
-            eprintln!("blocking pass {k}: error {err:.2e} vs the reference");
-            return Ok(false);
+            bail!("FAILED: blocking pass {k}: error {err:.2e} vs the reference");
         }
     }
 
@@ -142,34 +117,24 @@ fn run() -> Result<bool, Box<dyn Error>> {
     let model = Arc::new(tokio::sync::Mutex::new(model));
     let passes = tasks * iters;
     let t = Instant::now();
-    let results: Vec<Result<TaskResult, String>> = rt.block_on(async {
+    let results = rt.block_on(async {
         let handles: Vec<_> = jobs
             .into_iter()
             .map(|task_jobs| {
                 let model = model.clone();
                 tokio::spawn(async move {
-                    let mut r = TaskResult { passes: 0, mismatches: 0, worst: 0.0 };
+                    let mut errors = Vec::with_capacity(task_jobs.len());
                     for job in task_jobs {
-                        let out = {
-                            let mut m = model.lock().await;
-                            m.forward_async(job.input).await?
-                        };
-                        let err = max_rel_error(&out, &job.reference);
-                        r.passes += 1;
-                        r.worst = r.worst.max(err);
-                        r.mismatches += usize::from(err >= TOL);
+                        let out = model.lock().await.forward_async(job.input).await?;
+                        errors.push(max_rel_error(&out, &job.reference));
                     }
-                    Ok::<TaskResult, DeviceError>(r)
+                    Ok::<_, cuda_async::DeviceError>(errors)
                 })
             })
             .collect();
         let mut out = Vec::with_capacity(handles.len());
         for h in handles {
-            out.push(match h.await {
-                Ok(Ok(r)) => Ok(r),
-                Ok(Err(e)) => Err(format!("forward_async failed: {e}")),
-                Err(e) => Err(format!("task failed: {e}")),
-            });
+            out.push(h.await);
         }
         out
     });
@@ -177,20 +142,15 @@ fn run() -> Result<bool, Box<dyn Error>> {
 
     let (mut done, mut mismatches, mut worst) = (0usize, 0usize, 0.0f64);
     for (k, r) in results.into_iter().enumerate() {
-        match r {
-            Ok(r) => {
-                done += r.passes;
-                mismatches += r.mismatches;
-                worst = worst.max(r.worst);
-                if r.mismatches > 0 {
-                    eprintln!(
-                        "task {k}: {} of {} outputs off (worst {:.2e})",
-                        r.mismatches, r.passes, r.worst
-                    );
-                }
-            }
-            Err(e) => return Err(format!("task {k}: {e}").into()),
+        let errors = r
+            .with_context(|| format!("task {k} failed"))?
+            .with_context(|| format!("task {k}: forward_async"))?;
+        let bad = errors.iter().filter(|&&e| e >= TOL).count();
+        let task_worst = errors.iter().copied().fold(0.0, f64::max);
+        if bad > 0 {
+            eprintln!("task {k}: {bad} of {} outputs off (worst {task_worst:.2e})", errors.len());
         }
+        (done, mismatches, worst) = (done + errors.len(), mismatches + bad, worst.max(task_worst));
     }
     let us_per_pass = wall * 1e6 / passes as f64;
     println!(
@@ -198,7 +158,7 @@ fn run() -> Result<bool, Box<dyn Error>> {
          thread: median {:.1} us",
         wall * 1e3,
         passes as f64 / wall,
-        bench::median(&sequential)
+        median(&sequential)
     );
     println!(
         "max error relative to the reference's scale: {worst:.2e} (bound {TOL:.0e}); {mismatches} mismatches"
@@ -208,24 +168,21 @@ fn run() -> Result<bool, Box<dyn Error>> {
     report.meta("gpu", dev.name());
     report.meta("date_utc", bench::utc_now());
     report.meta("dims", format!("{DIMS:?}"));
-    report.meta("batch", batch);
-    report.meta("tasks", tasks);
-    report.meta("iters_per_task", iters);
-    report.meta("workers", workers);
+    report.meta_from(&a);
     report.meta("passes", done);
     report.meta("mismatches", mismatches);
     report.meta("max_rel_err", worst);
-    report.rows.push(Row::compare("time per pass", "us", sequential, vec![us_per_pass], None).with_note(
+    report.rows.push(Row::new("time per pass", "us", sequential, vec![us_per_pass], Goal::None).with_note(
         "raw = blocking GraphMlp::run from one thread (median); framework = wall time of all tasks' \
-             forward_async passes / passes",
+         forward_async passes / passes",
     ));
-    if let Some(path) = opts.get("--json") {
-        report.write_json(Path::new(path))?;
-        println!("wrote {path}");
+    if let Some(path) = &a.json {
+        report.write_json(path)?;
+        println!("wrote {}", path.display());
     }
-    let ok = done == passes && mismatches == 0;
-    if ok {
-        println!("ok");
+    if done != passes || mismatches > 0 {
+        bail!("FAILED: some outputs differ from their references beyond the bound (see above)");
     }
-    Ok(ok)
+    println!("ok");
+    Ok(())
 }

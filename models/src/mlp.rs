@@ -13,13 +13,14 @@
 //! `nn.Linear`: `w[out][in]`, `b[out]`, activations row-major `[batch][features]`; ReLU after every
 //! layer but the last.
 
-use crate::bench::SplitMix64;
 use cuda_async::combinators::BoxedOp;
 use cuda_async::memory::{from_host, to_host, zeros};
 use cuda_async::{value, CudaGraph, DeviceError, DeviceOp, DeviceOpExt, Module, Op, Result};
 use cuda_core::{DeviceBuffer, PinnedBuffer, Stream};
 use kernels::ops::{self, LinearShape};
 use kernels::Kernels;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 
 /// The width of every layer of the example model.
@@ -61,7 +62,7 @@ impl MlpWeights {
         if dims.len() < 2 || dims.contains(&0) {
             return Err(invalid(format!("an MLP needs at least two non-zero layer sizes, got {dims:?}")));
         }
-        let mut rng = SplitMix64::new(seed);
+        let mut rng = StdRng::seed_from_u64(seed);
         let mut layers = Vec::with_capacity(dims.len() - 1);
         let mut host = Vec::with_capacity(dims.len() - 1);
         for pair in dims.windows(2) {
@@ -69,8 +70,8 @@ impl MlpWeights {
             let lens = LinearShape { batch: 1, in_dim: din, out_dim: dout, relu: false }.lens()?;
             let wb = (6.0 / din as f64).sqrt() as f32;
             let bb = (1.0 / din as f64).sqrt() as f32;
-            let w: Vec<f32> = (0..lens.w).map(|_| rng.f32_in(-wb, wb)).collect();
-            let b: Vec<f32> = (0..lens.b).map(|_| rng.f32_in(-bb, bb)).collect();
+            let w: Vec<f32> = (0..lens.w).map(|_| rng.random_range(-wb..wb)).collect();
+            let b: Vec<f32> = (0..lens.b).map(|_| rng.random_range(-bb..bb)).collect();
             layers.push((DeviceBuffer::from_host(stream, &w)?, DeviceBuffer::from_host(stream, &b)?));
             host.push((w, b));
         }

@@ -1,0 +1,3 @@
+//! Models built on `cuda-async`, shared by the example programs and the GPU test suite.
+
+pub mod mlp;

@@ -346,7 +346,9 @@ fn cross_stream_same_buffer_never_races() -> TestResult {
     let mut target = DeviceBuffer::<f32>::filled(&a, n, POISON_F32)?;
     // SAFETY: as above.
     unsafe { SpinWrite { buf: &mut target, ns: 20_000_000, v: 1.0 }.async_on(&b)? };
+    // SAFETY: as above.
     let before = unsafe { dup(&target).async_on(&b)? };
+    // SAFETY: as above.
     unsafe { SpinWrite { buf: &mut target, ns: 0, v: 2.0 }.async_on(&c)? };
     ensure(before.to_vec()?.iter().all(|&v| v == 1.0), "the read saw the later write")?;
     ensure(target.to_vec()?.iter().all(|&v| v == 2.0), "final value")

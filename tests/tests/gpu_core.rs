@@ -519,8 +519,8 @@ fn bad_launch_config() -> TestResult {
         format!("{e:?}"),
     )?;
     let too_much_smem = LaunchConfig { grid: (1, 1, 1), block: (32, 1, 1), shared_mem_bytes: 1 << 30 };
-    // SAFETY: as above.
     ensure(
+        // SAFETY: as above.
         unsafe { f.launch(&s, too_much_smem, (&mut o, 4096u64)) }.is_err(),
         "1 GiB shared memory must be refused",
     )?;

@@ -233,13 +233,16 @@ fn launch_on_other_streams() -> TestResult {
     ensure(g.graph().node_count()? == 3, "fill, spin, scale: 3 nodes")?;
     g.launch().sync_on(&s2)?;
     context("replay on s2, read on the home stream", assert_close(&out.to_vec()?, &want, 1e-6))?;
-    // SAFETY (every `async_on` of a replay below): a replay yields `()`; every read of the graph's
-    // buffers is ordered after it by the home-stream join.
+    // Every `async_on` of a replay below: a replay yields `()`, and every read of the graph's
+    // buffers is ordered after it by access tracking.
+    // SAFETY: see above.
     unsafe { g.launch().async_on(&s3)? };
     context("async replay on s3, read on the home stream", assert_close(&out.to_vec()?, &want, 1e-6))?;
+    // SAFETY: see above.
     unsafe { g.launch().async_on(&s2)? };
     let copied = dup(&out).sync_on(&s4)?;
     context("async replay on s2, copy on s4", assert_close(&copied.to_vec()?, &want, 1e-6))?;
+    // SAFETY: see above.
     unsafe {
         g.launch().async_on(&s2)?;
         g.launch().async_on(&s3)?;

@@ -173,21 +173,22 @@ impl Raw {
         if !self.stream.is_null() {
             keep(self.sync());
         }
-        // SAFETY (each call): our handles, released once (the lists are emptied); the stream has
-        // been synchronized, so nothing in flight uses them.
+        // Each handle below is ours and released once (the lists are emptied); the stream has been
+        // synchronized, so nothing in flight uses them.
         for g in self.graphs.take() {
             keep(destroy_graph(g));
         }
         for p in std::mem::take(&mut self.bufs) {
+            // SAFETY: our allocation, freed once, with no work in flight (see above).
             keep(unsafe { cu::free_sync(p) }.context("cuMemFree"));
         }
         if !self.stream.is_null() {
-            keep(
-                unsafe { cu::stream::destroy(std::mem::replace(&mut self.stream, std::ptr::null_mut())) }
-                    .context("cuStreamDestroy"),
-            );
+            let stream = std::mem::replace(&mut self.stream, std::ptr::null_mut());
+            // SAFETY: our stream, destroyed once (nulled above), synchronized.
+            keep(unsafe { cu::stream::destroy(stream) }.context("cuStreamDestroy"));
         }
         for m in std::mem::take(&mut self.modules) {
+            // SAFETY: our module, unloaded once; no kernel of it is in flight (synchronized).
             keep(unsafe { cu::module::unload(m) }.context("cuModuleUnload"));
         }
         first

@@ -388,6 +388,7 @@ fn param_nodes(g: RawGraph, scale: sys::CUfunction) -> Result<Vec<ParamNode>> {
     // SAFETY: our live graph; a null array asks for the count, then `nodes` has room for it.
     unsafe { sys::cuGraphGetNodes(g.graph, std::ptr::null_mut(), &mut count) }.result()?;
     let mut nodes = vec![std::ptr::null_mut(); count];
+    // SAFETY: as above; `nodes` has room for `count` nodes.
     unsafe { sys::cuGraphGetNodes(g.graph, nodes.as_mut_ptr(), &mut count) }.result()?;
     nodes.truncate(count);
     nodes
@@ -396,6 +397,7 @@ fn param_nodes(g: RawGraph, scale: sys::CUfunction) -> Result<Vec<ParamNode>> {
             // SAFETY: zeroes are a valid value of this plain C struct, which the driver fills for
             // a live node of our graph (an error for a node that is not a kernel node).
             let mut base: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+            // SAFETY: a live node of our graph; valid out-pointer.
             unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut base) }.result()?;
             ensure!(
                 base.func == scale && !base.kernelParams.is_null(),

@@ -23,16 +23,7 @@ if [[ $what == all || $what == bench ]]; then
   "$B/bin/mlp-tokio" >"$O/mlp-tokio.log" 2>&1; echo "mlp-tokio exit $?"; tail -4 "$O/mlp-tokio.log"
 fi
 if [[ $what == all || $what == sanitize ]]; then
-  for t in gpu_core gpu_async gpu_kernel_ops gpu_graph gpu_graph_build gpu_mlp; do
-    for tool in memcheck racecheck; do
-      # --report-api-errors no: API calls that fail by design (a refused exec update in a test, the
-      # probe past a kernel's last parameter) are not memory errors.
-      # The stress tests take too long under the tools; await_replays_multi_thread makes racecheck
-      # lose track of a launch and stall (a tool limitation; see docs/results/graphs.md).
-      skip=(--skip many_tasks --skip threads_capture)
-      [[ $tool == racecheck ]] && skip+=(--skip await_replays_multi_thread)
-      CUDA_ASYNC_UNDER_SANITIZER=1 timeout 240 compute-sanitizer --tool $tool --report-api-errors no --leak-check no "$B/tests/cuda-async-tests--test--$t" --test-threads=1 "${skip[@]}" >"$O/san-$t-$tool.log" 2>&1
-      echo "$t $tool exit $?: $(grep -E 'test result' "$O/san-$t-$tool.log" | tail -1) | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$O/san-$t-$tool.log" | tail -1)"
-    done
-  done
+  # Every GPU suite under memcheck and racecheck, no test skipped, API errors reported (by-design
+  # ones filtered by name in scripts/sanitize-allowed-api-errors.txt); non-zero on any finding.
+  OUT="$O" BUNDLE="$B" "$(dirname "$0")/sanitize.sh" $(cd "$B/tests" && ls | grep -- '--test--gpu_'); echo "sanitize exit $?"
 fi

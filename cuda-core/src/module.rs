@@ -319,8 +319,7 @@ impl Function {
                         .unwrap_or(0),
                 });
             }
-            let uses: Vec<(&Arc<Allocation>, Access)> = homes.iter().flatten().copied().collect();
-            ordered_on(stream, &uses, enqueue)
+            ordered_on(stream, homes, enqueue)
         })
     }
 }

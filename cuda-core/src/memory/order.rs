@@ -35,6 +35,26 @@ use crate::keep::KeepAlive;
 use crate::stream::Stream;
 use std::sync::Arc;
 
+/// One entry of a use list: an allocation and how the work touches it, or nothing (kernel
+/// parameters that are not buffers), so callers can pass their arrays without building a `Vec`.
+pub(crate) trait UseRef {
+    fn get(&self) -> Option<(&Arc<Allocation>, Access)>;
+}
+
+impl UseRef for (&Arc<Allocation>, Access) {
+    #[inline]
+    fn get(&self) -> Option<(&Arc<Allocation>, Access)> {
+        Some((self.0, self.1))
+    }
+}
+
+impl UseRef for Option<(&Arc<Allocation>, Access)> {
+    #[inline]
+    fn get(&self) -> Option<(&Arc<Allocation>, Access)> {
+        *self
+    }
+}
+
 /// What an enqueue does on a stream that this thread is capturing.
 #[derive(Clone, Copy)]
 pub(crate) enum InCapture {
@@ -54,18 +74,18 @@ pub(crate) enum InCapture {
 /// `on` is being captured; the error of `enqueue`; driver errors of the waits and marks (if the
 /// mark after the work cannot be recorded, `on` is synchronised before returning, so the work
 /// cannot outlive its buffers).
-pub(crate) fn ordered_on<R>(
+pub(crate) fn ordered_on<R, U: UseRef>(
     on: &Stream,
-    uses: &[(&Arc<Allocation>, Access)],
+    uses: &[U],
     enqueue: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
     ordered_with(on, uses, InCapture::Record, enqueue)
 }
 
 /// [`ordered_on`] with an explicit capture policy.
-pub(crate) fn ordered_with<R>(
+pub(crate) fn ordered_with<R, U: UseRef>(
     on: &Stream,
-    uses: &[(&Arc<Allocation>, Access)],
+    uses: &[U],
     in_capture: InCapture,
     enqueue: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
@@ -74,7 +94,7 @@ pub(crate) fn ordered_with<R>(
         uses,
         &[],
         in_capture,
-        |keep| keep_allocs(keep, &uses.iter().map(|(a, _)| *a).collect::<Vec<_>>()),
+        |keep| keep_allocs(keep, &uses.iter().filter_map(|u| u.get().map(|(a, _)| a)).collect::<Vec<_>>()),
         enqueue,
     )
 }
@@ -82,21 +102,22 @@ pub(crate) fn ordered_with<R>(
 /// The core of every ordered enqueue (see the module docs): locks `on`, the home streams of `uses`
 /// and the `serial` streams; then either records (`keep` adds to the capture's keep-alive set) or
 /// waits, enqueues and marks.
-pub(crate) fn ordered<R>(
+pub(crate) fn ordered<R, U: UseRef>(
     on: &Stream,
-    uses: &[(&Arc<Allocation>, Access)],
+    uses: &[U],
     serial: &[&Stream],
     in_capture: InCapture,
     keep: impl FnOnce(&mut KeepAlive),
     enqueue: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
-    if serial.is_empty() && uses.iter().all(|(a, _)| a.stream == *on) {
+    let uses = || uses.iter().filter_map(UseRef::get);
+    if serial.is_empty() && uses().all(|(a, _)| a.stream == *on) {
         // Fast path: one stream, one lock; nothing to record unless another stream used the memory.
         let mut state = on.lock();
         if let Mode::Captured(k) = state.mode()? {
             return captured(k, in_capture, keep, enqueue);
         }
-        for (a, kind) in uses {
+        for (a, kind) in uses() {
             let mut st = a.access();
             if let Some(m) = st.write.take() {
                 on.wait_unchecked(&m.event)?;
@@ -113,9 +134,9 @@ pub(crate) fn ordered<R>(
         }
         return enqueue();
     }
-    let homes = uses.iter().map(|(a, _)| &a.stream);
+    let homes = uses().map(|(a, _)| &a.stream);
     let mut locked = Locked::new(std::iter::once(on).chain(homes).chain(serial.iter().copied()));
-    for h in uses.iter().map(|(a, _)| &a.stream).chain(serial.iter().copied()).filter(|h| *h != on) {
+    for h in uses().map(|(a, _)| &a.stream).chain(serial.iter().copied()).filter(|h| *h != on) {
         if locked.state(h).capture.is_some() {
             return Err(Error::Capture(
                 "using a buffer (or graph pool) from another stream while its home stream is being captured",
@@ -135,10 +156,10 @@ pub(crate) fn ordered<R>(
         }
         Ok(())
     };
-    for (a, kind) in uses {
+    for (a, kind) in uses() {
         let mut st = a.access();
         let home = &a.stream;
-        let needs_home = home != on && (st.write.is_none() || (*kind == Access::Write && st.home_read));
+        let needs_home = home != on && (st.write.is_none() || (kind == Access::Write && st.home_read));
         if needs_home {
             // Everything queued on the home stream so far (the last write, or home reads).
             let ev = match home_marks.iter().find(|(s, _)| s == home) {
@@ -156,7 +177,7 @@ pub(crate) fn ordered<R>(
                 wait(&m.event)?;
             }
         }
-        if *kind == Access::Write {
+        if kind == Access::Write {
             for m in st.reads.iter().filter(|m| m.stream != *on) {
                 wait(&m.event)?;
             }
@@ -171,7 +192,7 @@ pub(crate) fn ordered<R>(
     }
     let out = enqueue();
     // Marks after the work (also if `enqueue` failed part-way: conservative).
-    let foreign = uses.iter().any(|(a, _)| a.stream != *on) || serial.iter().any(|s| *s != on);
+    let foreign = uses().any(|(a, _)| a.stream != *on) || serial.iter().any(|s| *s != on);
     let mark = if foreign {
         match record(on) {
             Ok(ev) => Some(Arc::new(ev)),
@@ -186,7 +207,7 @@ pub(crate) fn ordered<R>(
     } else {
         None
     };
-    for (a, kind) in uses {
+    for (a, kind) in uses() {
         let mut st = a.access();
         let on_home = a.stream == *on;
         match (kind, on_home, &mark) {

@@ -189,7 +189,7 @@ fn host_closure_outlives_queued_replays() -> TestResult {
         match round {
             0 => g.enqueue(&s)?,
             1 => {
-                let mut fut = std::pin::pin!(std::future::IntoFuture::into_future(g.launch().into_op()));
+                let mut fut = std::pin::pin!(g.launch().on(&s));
                 let waker = std::task::Waker::noop();
                 let _ = fut.as_mut().poll(&mut std::task::Context::from_waker(waker));
             }
@@ -291,7 +291,10 @@ fn capture_vs_launch_stress() -> TestResult {
         let mut mine = DeviceBuffer::filled(&s2, n, 0.0f32)?;
         let (mut ok, mut refused) = (0u64, 0u64);
         while !stop2.load(SeqCst) {
-            match (AddScalar { buf: &mut mine, v: 1.0 }).sync_on(&s2) {
+            // Enqueue only (no host wait): `Ok` must mean "queued and will run", `Err` "not queued".
+            // SAFETY: the output (`&mut mine`) is only read after the loop, through `to_vec`, which
+            // is ordered after every queued add.
+            match unsafe { (AddScalar { buf: &mut mine, v: 1.0 }).async_on(&s2) } {
                 Ok(_) => ok += 1,
                 Err(DeviceError::Core(Error::Capture(_))) => refused += 1,
                 Err(e) => return Err(format!("unexpected error: {e}").into()),
@@ -618,7 +621,9 @@ fn panic_inside_a_scope() -> TestResult {
 }
 
 /// (7) `GraphBodyExt::add_recorded` from several threads at once (each records on a private
-/// stream): every graph gets its own node and replays right.
+/// stream): every graph gets its own nodes and replays right. The 20 nodes of a graph all add to
+/// one buffer and are added with no explicit dependency: the builder's implicit edges order them
+/// (without them the adds race and lose updates).
 fn add_recorded_from_threads() -> TestResult {
     use cuda_async::GraphBodyExt;
     let (d, _s) = setup()?;
@@ -668,6 +673,34 @@ fn cross_device_misuse() -> TestResult {
     }
 }
 
+/// (9) Explicitly built nodes that touch one buffer with no explicit edge between them are ordered
+/// by the builder: ten `+1` kernel nodes, a copy of the buffer (reads 10), a memset of it to 100
+/// (waits for the copy), forty more `+1` nodes: the copy holds 10 and the buffer 140.
+fn builder_orders_conflicting_nodes() -> TestResult {
+    use cuda_async::GraphBodyExt;
+    let (d, s) = setup()?;
+    let n = 1 << 16;
+    let mut y = DeviceBuffer::filled(&s, n, 0.0f32)?;
+    let mut z = DeviceBuffer::filled(&s, n, POISON_F32)?;
+    let mut g = cuda_core::Graph::new(&d)?;
+    {
+        let mut b = g.builder();
+        for i in 0..50 {
+            b.add_op(AddScalar { buf: &mut y, v: 1.0 }, &[])?;
+            if i == 9 {
+                b.add_copy(&y, &mut z, &[])?;
+                b.add_memset(&mut y, 100.0f32, &[])?;
+            }
+        }
+    }
+    let exec = g.instantiate(Default::default())?;
+    exec.launch(&s)?;
+    drop(exec);
+    drop(g);
+    ensure(all_eq(&z.to_vec()?, 10.0), "the copy read the buffer after exactly ten adds")?;
+    ensure(all_eq(&y.to_vec()?, 140.0), "memset after the copy, then forty adds")
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("fork_refused_core", || bounded(60, fork_refused_core))
@@ -684,6 +717,7 @@ fn main() {
         .gpu("shared_cycles_are_errors", || bounded(60, shared_cycles_are_errors))
         .gpu("panic_inside_a_scope", || bounded(60, panic_inside_a_scope))
         .gpu("add_recorded_from_threads", || bounded(120, add_recorded_from_threads))
-        .gpu("cross_device_misuse", || bounded(60, cross_device_misuse));
+        .gpu("cross_device_misuse", || bounded(60, cross_device_misuse))
+        .gpu("builder_orders_conflicting_nodes", || bounded(60, builder_orders_conflicting_nodes));
     s.run()
 }

@@ -12,9 +12,11 @@ use crate::device::Device;
 use crate::error::{check, Error, Result};
 use crate::event::Event;
 use crate::keep::KeepAlive;
+use crate::memory::{Access, Allocation};
 use crate::memory::{DeviceBuffer, DeviceRepr};
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use cudarc::driver::sys;
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -99,6 +101,95 @@ pub struct GraphBody<'g> {
     pub(crate) device: Device,
     pub(crate) keep: &'g mut KeepAlive,
     pub(crate) bodies: &'g mut u64,
+    pub(crate) access: &'g mut NodeAccessMap,
+}
+
+/// For each graph or conditional body (by body index), for each allocation (by identity): the
+/// node that last wrote it and the nodes that read it since. Every new node that touches an
+/// allocation gets dependency edges on the earlier nodes it conflicts with (a write after the last
+/// write and the reads since, a read after the last write), so two nodes touching one buffer are
+/// never left unordered: safe code cannot build a graph that races itself.
+#[derive(Default)]
+pub(crate) struct NodeAccessMap {
+    by_body: HashMap<u64, HashMap<usize, NodeUses>>,
+    /// Set when the uses of existing nodes could not be read: nodes touching buffers are refused.
+    poisoned: bool,
+}
+
+#[derive(Default)]
+struct NodeUses {
+    /// The last write (one node; for a graph made by stream capture, every sink node of it).
+    writes: Vec<sys::CUgraphNode>,
+    reads: Vec<sys::CUgraphNode>,
+}
+
+// SAFETY: node handles are opaque pointers only handed back to the driver for the graph that owns
+// them, whose mutation is serialised by `&mut Graph`.
+unsafe impl Send for NodeAccessMap {}
+// SAFETY: as above; `&NodeAccessMap` exposes nothing.
+unsafe impl Sync for NodeAccessMap {}
+
+impl NodeAccessMap {
+    /// A map for a graph whose nodes already use `allocs` (a captured graph): every later node
+    /// touching one of them is ordered after all of the graph's sink nodes.
+    pub(crate) fn seeded(graph: sys::CUgraph, allocs: &[Arc<Allocation>]) -> Result<Self> {
+        let mut map = NodeAccessMap::default();
+        if allocs.is_empty() {
+            return Ok(map);
+        }
+        let mut n = 0usize;
+        // SAFETY: live graph; a null array asks for the count.
+        check(unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n) }, "listing graph nodes")?;
+        let mut nodes = vec![std::ptr::null_mut(); n];
+        // SAFETY: `nodes` has room for `n` nodes.
+        check(unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n) }, "listing graph nodes")?;
+        nodes.truncate(n);
+        let mut e = 0usize;
+        check(
+            // SAFETY: live graph; null arrays ask for the edge count.
+            unsafe {
+                sys::cuGraphGetEdges_v2(
+                    graph,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    &mut e,
+                )
+            },
+            "listing graph edges",
+        )?;
+        let (mut from, mut to) = (vec![std::ptr::null_mut(); e], vec![std::ptr::null_mut(); e]);
+        check(
+            // SAFETY: both arrays have room for `e` edges.
+            unsafe {
+                sys::cuGraphGetEdges_v2(
+                    graph,
+                    from.as_mut_ptr(),
+                    to.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                    &mut e,
+                )
+            },
+            "listing graph edges",
+        )?;
+        from.truncate(e);
+        let sinks: Vec<sys::CUgraphNode> = nodes.into_iter().filter(|nd| !from.contains(nd)).collect();
+        let body = map.by_body.entry(0).or_default();
+        for a in allocs {
+            body.insert(key(a), NodeUses { writes: sinks.clone(), reads: Vec::new() });
+        }
+        Ok(map)
+    }
+
+    /// A map that refuses every node touching a buffer.
+    pub(crate) fn poisoned() -> Self {
+        NodeAccessMap { by_body: HashMap::new(), poisoned: true }
+    }
+
+    /// The allocations touched in body `body` (by identity).
+    pub(crate) fn touched(&self, body: u64) -> Vec<usize> {
+        self.by_body.get(&body).map(|m| m.keys().copied().collect()).unwrap_or_default()
+    }
 }
 
 impl Graph {
@@ -110,6 +201,7 @@ impl Graph {
             device: self.device,
             keep: &mut self.keep,
             bodies: &mut self.bodies,
+            access: &mut self.access,
         }
     }
 
@@ -173,6 +265,76 @@ impl<'g> GraphBody<'g> {
         Ok(self.node(raw))
     }
 
+    /// Adds a node like [`GraphBody::add`], then orders it after every earlier node of this body
+    /// that conflicts with its `uses` (identity of an allocation, how the node touches it), and
+    /// records the uses.
+    fn add_using(
+        &mut self,
+        deps: &[Node],
+        uses: &[(usize, Access)],
+        during: &'static str,
+        f: impl FnOnce(*mut sys::CUgraphNode, *const sys::CUgraphNode, usize) -> sys::CUresult,
+    ) -> Result<Node> {
+        let node = self.add(deps, during, f)?;
+        self.order_after_conflicts(node.raw, deps, uses)?;
+        Ok(node)
+    }
+
+    /// The implicit edges of [`NodeAccessMap`] for `node`, then the record of its uses.
+    pub(crate) fn order_after_conflicts(
+        &mut self,
+        node: sys::CUgraphNode,
+        explicit: &[Node],
+        uses: &[(usize, Access)],
+    ) -> Result<()> {
+        if self.access.poisoned && !uses.is_empty() {
+            return Err(Error::InvalidArgument(
+                "the graph's existing buffer uses could not be read: nodes touching buffers are refused"
+                    .into(),
+            ));
+        }
+        let map = self.access.by_body.entry(self.owner.1).or_default();
+        let mut before: Vec<sys::CUgraphNode> = Vec::new();
+        for (key, kind) in uses {
+            let u = map.entry(*key).or_default();
+            before.extend(u.writes.iter().copied());
+            if *kind == Access::Write {
+                before.extend(u.reads.iter().copied());
+            }
+        }
+        before.retain(|n| *n != node && !explicit.iter().any(|d| d.raw == *n));
+        before.sort();
+        before.dedup();
+        if !before.is_empty() {
+            let to = vec![node; before.len()];
+            check(
+                // SAFETY: live graph; `before` and `node` are nodes of this body, the earlier ones
+                // added before `node` (so no cycle); equal lengths; no edge data.
+                unsafe {
+                    sys::cuGraphAddDependencies_v2(
+                        self.raw,
+                        before.as_ptr(),
+                        to.as_ptr(),
+                        std::ptr::null(),
+                        before.len(),
+                    )
+                },
+                "ordering a node after earlier uses of its buffers",
+            )?;
+        }
+        for (key, kind) in uses {
+            let u = map.entry(*key).or_default();
+            match kind {
+                Access::Write => {
+                    u.writes = vec![node];
+                    u.reads.clear();
+                }
+                Access::Read => u.reads.push(node),
+            }
+        }
+        Ok(())
+    }
+
     /// An empty node: a barrier joining `deps`.
     pub fn add_empty(&mut self, deps: &[Node]) -> Result<Node> {
         let g = self.raw;
@@ -212,9 +374,10 @@ impl<'g> GraphBody<'g> {
             height: 1,
         };
         let (g, ctx) = (self.raw, self.device.cu_context());
+        let uses = [(key(dst.allocation()), Access::Write)];
         // SAFETY: live graph and context; the memset covers exactly `dst`'s elements, which stay
         // allocated while the graph can run (kept above).
-        self.add(deps, "adding a memset node", |out, d, n| unsafe {
+        self.add_using(deps, &uses, "adding a memset node", |out, d, n| unsafe {
             sys::cuGraphAddMemsetNode(out, g, d, n, &p, ctx)
         })
     }
@@ -267,8 +430,9 @@ impl<'g> GraphBody<'g> {
             Depth: 1,
         };
         let (g, ctx) = (self.raw, self.device.cu_context());
+        let uses = [(key(src.allocation()), Access::Read), (key(dst.allocation()), Access::Write)];
         // SAFETY: live graph and context; both ranges are exactly size_bytes() and stay allocated.
-        self.add(deps, "adding a copy node", |out, d, n| unsafe {
+        self.add_using(deps, &uses, "adding a copy node", |out, d, n| unsafe {
             sys::cuGraphAddMemcpyNode(out, g, d, n, &p, ctx)
         })
     }
@@ -322,8 +486,10 @@ impl<'g> GraphBody<'g> {
         self.check_device(&child.device)?;
         self.keep.merge(&child.keep);
         let (g, c) = (self.raw, child.raw);
+        // The child may write anything it keeps.
+        let uses: Vec<(usize, Access)> = child.keep.allocs.iter().map(|a| (key(a), Access::Write)).collect();
         // SAFETY: live graphs; the driver clones the child.
-        self.add(deps, "adding a child graph node", |out, d, n| unsafe {
+        self.add_using(deps, &uses, "adding a child graph node", |out, d, n| unsafe {
             sys::cuGraphAddChildGraphNode(out, g, d, n, c)
         })
     }
@@ -346,9 +512,11 @@ impl<'g> GraphBody<'g> {
                 )?;
                 self.keep.merge(&graph.keep);
                 let g = self.raw;
+                let uses: Vec<(usize, Access)> =
+                    graph.keep.allocs.iter().map(|a| (key(a), Access::Write)).collect();
                 // SAFETY: live graph; `p` describes a kernel node of the same device whose parameter
                 // values the driver copies; the memory they refer to is kept alive (merged above).
-                return self.add(deps, "adding a kernel node", |out, d, n| unsafe {
+                return self.add_using(deps, &uses, "adding a kernel node", |out, d, n| unsafe {
                     sys::cuGraphAddKernelNode_v2(out, g, d, n, &p)
                 });
             }
@@ -396,6 +564,7 @@ impl<'g> GraphBody<'g> {
             for (a, _) in allocs.iter().flatten() {
                 self.keep.add_alloc(a);
             }
+            let uses: Vec<(usize, Access)> = allocs.iter().flatten().map(|(a, k)| (key(a), *k)).collect();
             // SAFETY: all-zero is valid for this struct of integers and pointers (no enums); we fill every
             // field the driver reads.
             let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
@@ -406,7 +575,7 @@ impl<'g> GraphBody<'g> {
             p.kernelParams = ptrs.as_mut_ptr();
             // SAFETY: live graph; the parameter values are copied by the driver during the call;
             // the caller upholds the kernel contract.
-            self.add(deps, "adding a kernel node", |out, d, n| unsafe {
+            self.add_using(deps, &uses, "adding a kernel node", |out, d, n| unsafe {
                 sys::cuGraphAddKernelNode_v2(out, g, d, n, &p)
             })
         })
@@ -471,4 +640,10 @@ impl<'g> GraphBody<'g> {
         }
         Ok(())
     }
+}
+
+/// The identity of an allocation in a [`NodeAccessMap`] (the graph keeps the allocation alive, so
+/// the address is not reused while the map exists).
+pub(crate) fn key(a: &Arc<Allocation>) -> usize {
+    Arc::as_ptr(a) as usize
 }

@@ -120,9 +120,20 @@ impl<'g> GraphBody<'g> {
         let (raw, body_graph) = self.add_conditional_node(cond, kind, deps)?;
         *self.bodies += 1;
         let owner = (self.owner.0, *self.bodies);
-        let mut b =
-            GraphBody { raw: body_graph, owner, device: self.device, keep: self.keep, bodies: self.bodies };
+        let mut b = GraphBody {
+            raw: body_graph,
+            owner,
+            device: self.device,
+            keep: self.keep,
+            bodies: self.bodies,
+            access: self.access,
+        };
         body(&mut b)?;
+        // The node as a whole may write everything its body touches: order it after the parent's
+        // earlier conflicting nodes.
+        let uses: Vec<(usize, crate::memory::Access)> =
+            self.access.touched(owner.1).into_iter().map(|k| (k, crate::memory::Access::Write)).collect();
+        self.order_after_conflicts(raw, deps, &uses)?;
         Ok(Node { raw, owner: self.owner })
     }
 

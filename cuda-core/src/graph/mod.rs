@@ -125,6 +125,8 @@ pub struct Graph {
     keep: KeepAlive,
     /// How many conditional bodies were created (each gets its own node-id space).
     bodies: u64,
+    /// Buffer uses of the nodes added so far, for implicit ordering (see `build::NodeAccessMap`).
+    access: build::NodeAccessMap,
     /// Graph objects are not internally synchronised by the driver: `&self` calls take this.
     lock: Mutex<()>,
 }
@@ -145,7 +147,12 @@ impl Drop for Graph {
 impl Graph {
     /// A graph ended by a capture, keeping what the capture recorded.
     pub(crate) fn from_capture(raw: sys::CUgraph, device: Device, keep: KeepAlive) -> Graph {
-        Graph { raw, device, id: next_id(), keep, bodies: 0, lock: Mutex::new(()) }
+        // Nodes added later are ordered after the captured work that touches the same buffers. If
+        // the graph cannot be read (a driver error), every later node that touches a buffer is
+        // refused instead (see `build::NodeAccessMap`).
+        let access = build::NodeAccessMap::seeded(raw, &keep.allocs)
+            .unwrap_or_else(|_| build::NodeAccessMap::poisoned());
+        Graph { raw, device, id: next_id(), keep, bodies: 0, access, lock: Mutex::new(()) }
     }
 
     /// Creates an empty graph.
@@ -160,6 +167,7 @@ impl Graph {
             id: next_id(),
             keep: KeepAlive::default(),
             bodies: 0,
+            access: Default::default(),
             lock: Mutex::new(()),
         })
     }

@@ -112,6 +112,9 @@ pub struct GraphBody<'g> {
 #[derive(Default)]
 pub(crate) struct NodeAccessMap {
     by_body: HashMap<u64, HashMap<usize, NodeUses>>,
+    /// The edges added implicitly (so an explicit `add_dependencies` of the same edge is a no-op
+    /// rather than a driver error).
+    implicit: std::collections::HashSet<(usize, usize)>,
     /// Set when the uses of existing nodes could not be read: nodes touching buffers are refused.
     poisoned: bool,
 }
@@ -159,19 +162,21 @@ impl NodeAccessMap {
             "listing graph edges",
         )?;
         let (mut from, mut to) = (vec![std::ptr::null_mut(); e], vec![std::ptr::null_mut(); e]);
-        check(
-            // SAFETY: both arrays have room for `e` edges.
-            unsafe {
-                sys::cuGraphGetEdges_v2(
-                    graph,
-                    from.as_mut_ptr(),
-                    to.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                    &mut e,
-                )
-            },
-            "listing graph edges",
-        )?;
+        if e > 0 {
+            check(
+                // SAFETY: both arrays have room for `e` edges.
+                unsafe {
+                    sys::cuGraphGetEdges_v2(
+                        graph,
+                        from.as_mut_ptr(),
+                        to.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                        &mut e,
+                    )
+                },
+                "listing graph edges",
+            )?;
+        }
         from.truncate(e);
         let sinks: Vec<sys::CUgraphNode> = nodes.into_iter().filter(|nd| !from.contains(nd)).collect();
         let body = map.by_body.entry(0).or_default();
@@ -183,7 +188,7 @@ impl NodeAccessMap {
 
     /// A map that refuses every node touching a buffer.
     pub(crate) fn poisoned() -> Self {
-        NodeAccessMap { by_body: HashMap::new(), poisoned: true }
+        NodeAccessMap { poisoned: true, ..Default::default() }
     }
 
     /// The allocations touched in body `body` (by identity).
@@ -195,13 +200,21 @@ impl NodeAccessMap {
 impl Graph {
     /// A builder that adds nodes to this graph.
     pub fn builder(&mut self) -> GraphBody<'_> {
+        if self.access.is_none() {
+            // Nodes added to a captured graph are ordered after the captured work on the same
+            // buffers; if the graph cannot be read (a driver error), every node touching a buffer
+            // is refused instead.
+            let seeded = NodeAccessMap::seeded(self.raw, &self.keep.allocs)
+                .unwrap_or_else(|_| NodeAccessMap::poisoned());
+            self.access = Some(seeded);
+        }
         GraphBody {
             raw: self.raw,
             owner: (self.id, 0),
             device: self.device,
             keep: &mut self.keep,
             bodies: &mut self.bodies,
-            access: &mut self.access,
+            access: self.access.get_or_insert_with(NodeAccessMap::poisoned),
         }
     }
 
@@ -305,7 +318,15 @@ impl<'g> GraphBody<'g> {
         before.retain(|n| *n != node && !explicit.iter().any(|d| d.raw == *n));
         before.sort();
         before.dedup();
+        if !before.is_empty() && !explicit.is_empty() {
+            // Leave out edges that the explicit dependencies already imply.
+            let reached = ancestors_among(explicit.iter().map(|d| d.raw).collect(), &before)?;
+            before.retain(|n| !reached.contains(n));
+        }
         if !before.is_empty() {
+            for b in &before {
+                self.access.implicit.insert((*b as usize, node as usize));
+            }
             let to = vec![node; before.len()];
             check(
                 // SAFETY: live graph; `before` and `node` are nodes of this body, the earlier ones
@@ -620,7 +641,20 @@ impl<'g> GraphBody<'g> {
                 actual: to.len(),
             });
         }
-        let (f, t) = (self.deps(from)?, self.deps(to)?);
+        let (mut f, mut t) = (self.deps(from)?, self.deps(to)?);
+        // Edges the builder already added implicitly are not added again.
+        let keep: Vec<bool> = f
+            .iter()
+            .zip(&t)
+            .map(|(a, b)| !self.access.implicit.contains(&(*a as usize, *b as usize)))
+            .collect();
+        let mut k = keep.iter();
+        f.retain(|_| *k.next().unwrap_or(&true));
+        let mut k = keep.iter();
+        t.retain(|_| *k.next().unwrap_or(&true));
+        if f.is_empty() {
+            return Ok(());
+        }
         // SAFETY: live graph; nodes of it (checked); equal lengths.
         check(
             unsafe {
@@ -640,6 +674,48 @@ impl<'g> GraphBody<'g> {
         }
         Ok(())
     }
+}
+
+/// Which of `targets` are ancestors of (or equal to) a node of `start`, found by walking
+/// dependencies backwards until every target is found or the ancestors are exhausted.
+fn ancestors_among(
+    start: Vec<sys::CUgraphNode>,
+    targets: &[sys::CUgraphNode],
+) -> Result<Vec<sys::CUgraphNode>> {
+    let mut found = Vec::new();
+    let mut seen: std::collections::HashSet<usize> = std::collections::HashSet::new();
+    let mut stack = start;
+    while let Some(n) = stack.pop() {
+        if !seen.insert(n as usize) {
+            continue;
+        }
+        if targets.contains(&n) && !found.contains(&n) {
+            found.push(n);
+            if found.len() == targets.len() {
+                break;
+            }
+        }
+        let mut k = 0usize;
+        check(
+            // SAFETY: a live node of the graph being built; a null array asks for the count.
+            unsafe {
+                sys::cuGraphNodeGetDependencies_v2(n, std::ptr::null_mut(), std::ptr::null_mut(), &mut k)
+            },
+            "reading node dependencies",
+        )?;
+        if k == 0 {
+            continue;
+        }
+        let mut deps = vec![std::ptr::null_mut(); k];
+        check(
+            // SAFETY: `deps` has room for `k` nodes.
+            unsafe { sys::cuGraphNodeGetDependencies_v2(n, deps.as_mut_ptr(), std::ptr::null_mut(), &mut k) },
+            "reading node dependencies",
+        )?;
+        deps.truncate(k);
+        stack.extend(deps);
+    }
+    Ok(found)
 }
 
 /// The identity of an allocation in a [`NodeAccessMap`] (the graph keeps the allocation alive, so

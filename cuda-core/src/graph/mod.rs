@@ -125,8 +125,9 @@ pub struct Graph {
     keep: KeepAlive,
     /// How many conditional bodies were created (each gets its own node-id space).
     bodies: u64,
-    /// Buffer uses of the nodes added so far, for implicit ordering (see `build::NodeAccessMap`).
-    access: build::NodeAccessMap,
+    /// Buffer uses of the nodes added so far, for implicit ordering (see `build::NodeAccessMap`);
+    /// `None` until first needed for a graph made by stream capture.
+    access: Option<build::NodeAccessMap>,
     /// Graph objects are not internally synchronised by the driver: `&self` calls take this.
     lock: Mutex<()>,
 }
@@ -147,12 +148,9 @@ impl Drop for Graph {
 impl Graph {
     /// A graph ended by a capture, keeping what the capture recorded.
     pub(crate) fn from_capture(raw: sys::CUgraph, device: Device, keep: KeepAlive) -> Graph {
-        // Nodes added later are ordered after the captured work that touches the same buffers. If
-        // the graph cannot be read (a driver error), every later node that touches a buffer is
-        // refused instead (see `build::NodeAccessMap`).
-        let access = build::NodeAccessMap::seeded(raw, &keep.allocs)
-            .unwrap_or_else(|_| build::NodeAccessMap::poisoned());
-        Graph { raw, device, id: next_id(), keep, bodies: 0, access, lock: Mutex::new(()) }
+        // The buffer uses of the captured nodes are read when the graph is first built on (see
+        // `Graph::builder`), so a capture costs nothing extra.
+        Graph { raw, device, id: next_id(), keep, bodies: 0, access: None, lock: Mutex::new(()) }
     }
 
     /// Creates an empty graph.
@@ -167,7 +165,7 @@ impl Graph {
             id: next_id(),
             keep: KeepAlive::default(),
             bodies: 0,
-            access: Default::default(),
+            access: Some(Default::default()),
             lock: Mutex::new(()),
         })
     }

@@ -246,6 +246,22 @@ fn cancellation_is_safe() -> TestResult {
     })
 }
 
+/// Several `AddScalar` launches queued by one op (so one await covers several kernels).
+struct AddMany<'a> {
+    buf: &'a mut DeviceBuffer<f32>,
+    vs: Vec<f32>,
+}
+
+impl cuda_async::DeviceOp for AddMany<'_> {
+    type Output = ();
+    fn execute(self, ctx: &cuda_async::ExecutionContext<'_>) -> cuda_async::Result<()> {
+        for v in self.vs {
+            AddScalar { buf: &mut *self.buf, v }.execute(ctx)?;
+        }
+        Ok(())
+    }
+}
+
 fn many_tasks_many_ops() -> TestResult {
     let d = dev()?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(8).enable_all().build()?;
@@ -253,6 +269,7 @@ fn many_tasks_many_ops() -> TestResult {
     let inits: Vec<Vec<f32>> =
         (0..64).map(|_| (0..256).map(|_| r.random_range(0..1000) as f32).collect()).collect();
     let t = Instant::now();
+    let (rounds, per_await) = (40, 5);
     let results = rt.block_on(async {
         let hs: Vec<_> = inits
             .iter()
@@ -260,8 +277,12 @@ fn many_tasks_many_ops() -> TestResult {
             .map(|init| {
                 tokio::spawn(async move {
                     let mut buf = from_host(init).await?;
-                    for i in 0..1000 {
-                        AddScalar { buf: &mut buf, v: (i % 3) as f32 }.into_op().await?;
+                    for round in 0..rounds {
+                        // Several ops queued back to back per await (a chain on the task's
+                        // stream), different values so a skipped or reordered op shows.
+                        let vs: Vec<f32> =
+                            (0..per_await).map(|k| ((round * per_await + k) % 3) as f32).collect();
+                        AddMany { buf: &mut buf, vs }.into_op().await?;
                     }
                     Ok::<_, DeviceError>(buf.to_vec()?)
                 })
@@ -273,8 +294,8 @@ fn many_tasks_many_ops() -> TestResult {
         }
         Ok::<_, String>(out)
     })?;
-    eprintln!("64 tasks x 1000 awaited ops: {:?}", t.elapsed());
-    let add: f64 = (0..1000).map(|i| (i % 3) as f64).sum();
+    eprintln!("64 tasks x {} ops ({rounds} awaits each): {:?}", rounds * per_await, t.elapsed());
+    let add: f64 = (0..rounds * per_await).map(|i| (i % 3) as f64).sum();
     let _ = d;
     for (init, got) in inits.iter().zip(results) {
         let want: Vec<f64> = init.iter().map(|&v| v as f64 + add).collect();

@@ -410,8 +410,8 @@ fn op_worker(d: Device, seed: u64, iters: usize) -> TestResult {
     Ok(())
 }
 
-/// (5) Eight threads at once: four capture and replay a new graph 200 times each on their own
-/// streams, four run 200 rounds of ordinary ops on theirs. Every result is right and no capture
+/// (5) Eight threads at once: four capture and replay a new graph 40 times each on their own
+/// streams, four run 40 rounds of ordinary ops on theirs. Every result is right and no capture
 /// fails or is invalidated.
 fn threads_capture_while_others_run_ops() -> TestResult {
     let (d, _s) = setup()?;
@@ -422,9 +422,9 @@ fn threads_capture_while_others_run_ops() -> TestResult {
                 t.spawn(move || {
                     let seed = seed.wrapping_add(k);
                     if k < 4 {
-                        capture_worker(d, seed, 200)
+                        capture_worker(d, seed, 40)
                     } else {
-                        op_worker(d, seed, 200)
+                        op_worker(d, seed, 40)
                     }
                 })
             })

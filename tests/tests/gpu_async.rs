@@ -25,7 +25,15 @@ fn laziness() -> TestResult {
     let before = pool.stats()?.used_current;
     let calls = AtomicUsize::new(0);
     let n = 1 << 24;
+    // A buffer that an executed op would write (and the default policy's streams, which `.sync()`
+    // and `.await` would use): built and dropped unexecuted, the ops must leave it poisoned.
+    cuda_async_tests::ops::test_kernels(&d)?;
+    cuda_async::scheduling::default_policy()?;
+    let mut probe = DeviceBuffer::filled(&s, 4096, POISON_F32)?;
+    d.synchronize()?;
     {
+        let op3 = AddScalar { buf: &mut probe, v: 1.0 }.into_op().then(|b| AddScalar { buf: b, v: 2.0 });
+        drop(op3);
         let op = zeros::<f32>(n).map(|b| {
             calls.fetch_add(1, SeqCst);
             b
@@ -37,9 +45,9 @@ fn laziness() -> TestResult {
         drop((op, op2));
         ensure(t.elapsed() < Duration::from_millis(5), "dropping ops must not wait for anything")?;
     }
-    s.synchronize()?;
+    d.synchronize()?;
     ensure(calls.load(SeqCst) == 0, "closures of unexecuted ops must not run")?;
-    ensure(s.query()?, "no work was queued")?;
+    ensure(probe.to_vec()?.iter().all(|v| v.is_nan()), "an unexecuted op wrote its buffer")?;
     let after = pool.stats()?.used_current;
     ensure(after == before, format!("device memory changed by building ops: {before} -> {after}"))
 }
@@ -112,10 +120,14 @@ fn shared_and_unzip_run_once() -> TestResult {
         })
         .then(|buf| SpinWrite { buf, ns: 20_000_000, v: 4.0 })
         .shared();
-    // Producer on A (20 ms of GPU spin before the write); consumers on A and B, no host sync:
-    // B must be ordered after the producer's GPU work.
-    let (x, y, z) = zip!(sh.clone(), sh.clone(), sh.clone()).sync_on(&a)?;
+    // Producer on A (20 ms of GPU spin before the write), queued without any host wait; then at
+    // once consumers on A and on B: B must be ordered after the producer's GPU work by the shared
+    // op's event alone.
+    // SAFETY: the outputs (`Arc`s of the buffer) are read only by the consumers below, whose
+    // ordering after the producer is what this test checks; the host reads wait for everything.
+    let (x, y, z) = unsafe { zip!(sh.clone(), sh.clone(), sh.clone()).async_on(&a)? };
     ensure(Arc::ptr_eq(&x, &y) && Arc::ptr_eq(&y, &z), "one output for every clone")?;
+    ensure(!a.query()?, "the producer's 20 ms kernel is still running when B consumes")?;
     let copied = sh.clone().then(dup).sync_on(&b)?;
     ensure(
         copied.to_vec()?.iter().all(|&v| v == 4.0),
@@ -231,11 +243,17 @@ fn cancellation_is_safe() -> TestResult {
         let r = tokio::time::timeout(Duration::from_millis(5), op.on(&s)).await;
         ensure(r.is_err(), "the timeout fired first")
     })?;
-    // The future (and its buffer) is gone while the kernel still runs. New allocations on the
-    // same stream must not see the kernel's late write.
-    let fresh = full(n, 5.0f32).sync_on(&s)?;
+    // The future (and its buffer) is gone while the kernel still runs. New allocations — on
+    // another stream, so the first stream's order cannot hide an early free, and on the same
+    // stream — must not see the kernel's late write.
+    let other = Stream::new(&d)?;
+    let fresh: Vec<DeviceBuffer<f32>> = (0..4)
+        .map(|i| full(n, 5.0f32).sync_on(if i % 2 == 0 { &other } else { &s }))
+        .collect::<Result<_, _>>()?;
     s.synchronize()?;
-    ensure(fresh.to_vec()?.iter().all(|&v| v == 5.0), "cancelled op wrote into memory reused after it")?;
+    for f in &fresh {
+        ensure(f.to_vec()?.iter().all(|&v| v == 5.0), "cancelled op wrote into memory reused after it")?;
+    }
     // The completion machinery survives: more futures resolve.
     rt.block_on(async {
         for i in 0..10 {

@@ -79,7 +79,12 @@ fn memset_and_fill() -> TestResult {
     let s = Stream::new(&d)?;
     let mut r = rng();
     let n = 100_003;
+    // `zeros` checked on memory that held poison: the pool hands the freed block out again.
+    let poisoned = DeviceBuffer::<f32>::filled(&s, n, POISON_F32)?;
+    let addr = poisoned.device_ptr();
+    drop(poisoned);
     let z = DeviceBuffer::<f32>::zeros(&s, n)?;
+    eprintln!("zeros at {:#x} (the poisoned block was {addr:#x})", z.device_ptr());
     ensure(z.to_vec()?.iter().all(|&v| v == 0.0), "zeros")?;
     let v32: f32 = r.random_range(-100.0..100.0);
     let mut b = DeviceBuffer::<f32>::filled(&s, n, POISON_F32)?;
@@ -91,7 +96,7 @@ fn memset_and_fill() -> TestResult {
     let v16: u16 = r.random();
     let b = DeviceBuffer::<u16>::filled(&s, n, v16)?;
     ensure(b.to_vec()?.iter().all(|&v| v == v16), "fill u16")?;
-    let v8: u8 = r.random();
+    let v8: u8 = r.random_range(1..=255); // never 0: the memset below must change every byte
     let mut b = DeviceBuffer::<u8>::filled(&s, n, v8)?;
     ensure(b.to_vec()?.iter().all(|&v| v == v8), "fill u8")?;
     b.memset_zero(&s)?;
@@ -176,6 +181,18 @@ fn event_timing() -> TestResult {
         20.0 * 12.0 * n as f64 / (ms as f64 * 1e6)
     );
     ensure(ms > 0.001 && ms < 2000.0, format!("implausible elapsed time {ms} ms"))?;
+    // A kernel that spins 30 ms of GPU time (global timer) between two events: the events must
+    // measure at least that, and not wildly more.
+    let mut marker = DeviceBuffer::<f32>::filled(&s, 1, POISON_F32)?;
+    start.record(&s)?;
+    // SAFETY: the output (`&mut marker`) is read below through `to_vec`, ordered after the kernel.
+    unsafe { cuda_async::DeviceOpExt::async_on(SpinWrite { buf: &mut marker, ns: 30_000_000, v: 1.0 }, &s)? };
+    end.record(&s)?;
+    end.synchronize()?;
+    let spun = Event::elapsed_ms(&start, &end)?;
+    eprintln!("a 30 ms spin measured {spun:.3} ms");
+    ensure((29.5..1000.0).contains(&spun), format!("a 30 ms kernel measured {spun} ms"))?;
+    ensure(marker.to_vec()? == vec![1.0], "the spin kernel ran")?;
     let untimed = Event::new(&d, false)?;
     untimed.record(&s)?;
     ensure(
@@ -228,12 +245,16 @@ fn cross_stream_ordering() -> TestResult {
     let mut out = vec![POISON_F32; n];
     z.copy_to_host(&b, &mut out)?;
     assert_close(&out, &want, 1e-5)?;
-    // Implicit join: a buffer homed on A used by a kernel on B, then read on A and dropped.
-    let mut w = DeviceBuffer::<f32>::filled(&a, n, POISON_F32)?;
-    for _ in 0..20 {
-        k.scale(&b, &x, 3.0f32, &mut w)?;
+    // Implicit ordering: a buffer homed on A updated in place (w += x, not idempotent) 20 times,
+    // alternating between B and A with no host wait, then read on A: a missing order between the
+    // two streams would lose updates.
+    let w0 = random_f32(&mut r, n);
+    let mut w = DeviceBuffer::from_host(&a, &w0)?;
+    for i in 0..20 {
+        k.axpy(if i % 2 == 0 { &b } else { &a }, 1.0f32, &x, &mut w)?;
     }
-    assert_close(&w.to_vec()?, &xh.iter().map(|&v| 3.0 * v as f64).collect::<Vec<_>>(), 1e-6)?;
+    let want_w: Vec<f64> = w0.iter().zip(&xh).map(|(&w, &x)| w as f64 + 20.0 * x as f64).collect();
+    assert_close(&w.to_vec()?, &want_w, 1e-5)?;
     // Threads: streams and buffers made on this thread, used from others (context bound for them).
     std::thread::scope(|sc| -> TestResult {
         let hs: Vec<_> = (0..4)
@@ -281,26 +302,18 @@ fn streams_priority_query_drop() -> TestResult {
         for _ in 0..30 {
             k.axpy(&tmp, 1.0f32, &x, &mut y)?;
         }
-        // A 300 ms kernel queued last: if dropping the stream waited for its work, the work would
-        // be finished when drop returns. (Checked through the work's state, not a wall-clock
-        // bound, so it holds under compute-sanitizer too.)
+        // A 300 ms kernel queued last, then the stream dropped: the work is not cancelled (it
+        // completes, and the results below are exact), in every environment. (Whether the drop
+        // returns before the work finishes is the driver's business and differs under
+        // compute-sanitizer, which makes stream destruction wait: it is reported, not asserted.)
         // SAFETY: the output (a `&mut` handle) is not used before the reads below, which are
         // ordered after the kernel.
         unsafe {
             cuda_async::DeviceOpExt::async_on(SpinWrite { buf: &mut marker, ns: 300_000_000, v: 1.0 }, &tmp)?
         };
-        // Under compute-sanitizer stream destruction waits for the stream's work (a behaviour of
-        // the tool), so there is nothing to observe: scripts/gpu-check.sh sets
-        // CUDA_ASYNC_UNDER_SANITIZER=1, and a shell-started run shows the tool in `$_`.
-        let tool = std::env::var_os("CUDA_ASYNC_UNDER_SANITIZER").is_some()
-            || std::env::var("_").is_ok_and(|v| v.ends_with("compute-sanitizer"));
-        let pending = !home.query()?;
+        let t = std::time::Instant::now();
         drop(tmp);
-        if pending && !tool {
-            ensure(!home.query()?, "dropping the stream waited for its queued work")?;
-        } else {
-            eprintln!("note: not observable here (work already done, or running under compute-sanitizer)");
-        }
+        eprintln!("dropping a stream with 300 ms of queued work took {:?}", t.elapsed());
     }
     ensure(marker.to_vec()? == vec![1.0], "queued work completed after the drop")?;
     assert_close(&y.to_vec()?, &xh.iter().map(|&v| 30.0 * v as f64).collect::<Vec<_>>(), 1e-5)
@@ -419,10 +432,25 @@ fn graph_handles() -> TestResult {
         exec.launch(&s)?;
     }
     assert_close(&y.to_vec()?, &xh.iter().map(|&v| 30.0 * v as f64).collect::<Vec<_>>(), 1e-5)?;
-    // The graph keeps `x` alive: drop the buffer, replay again, and the result is still right.
+    // The graph keeps `x` alive: drop the buffer, then allocate and fill buffers of the same size
+    // (on its stream and on another; a freed address would be handed out again), replay again,
+    // and the result is still right and the new buffers untouched.
+    let addr = x.device_ptr();
     drop(x);
+    let other = Stream::new(&d)?;
+    let fresh: Vec<DeviceBuffer<f32>> =
+        vec![DeviceBuffer::filled(&s, n, -3.0)?, DeviceBuffer::filled(&other, n, -3.0)?];
+    other.synchronize()?;
+    eprintln!(
+        "dropped x at {addr:#x}; new buffers at {:#x}, {:#x}",
+        fresh[0].device_ptr(),
+        fresh[1].device_ptr()
+    );
     exec.launch(&s)?;
     assert_close(&y.to_vec()?, &xh.iter().map(|&v| 36.0 * v as f64).collect::<Vec<_>>(), 1e-5)?;
+    for f in &fresh {
+        ensure(f.to_vec()?.iter().all(|&v| v == -3.0), "a new buffer was touched by the replay")?;
+    }
     // Illegal work during capture is refused before the driver sees it, so the capture is not
     // invalidated and the stream stays usable.
     s.begin_capture(CaptureMode::Global)?;

@@ -249,19 +249,41 @@ fn launch_on_other_streams() -> TestResult {
     }
     let host = to_host(&out).sync_on(&s4)?;
     context("two async replays, to_host on s4", assert_close(host.as_slice()?, &want, 1e-6))?;
+    // A reader thread reads the output of a graph that *writes* it on every replay (poison first,
+    // then 2 ms later the result) while this thread queues replays on two other streams: every read
+    // is ordered after the replays queued before it, so it never sees the poison.
+    let out2 = DeviceBuffer::filled(&s, n, POISON_F32)?;
+    let mut scratch2 = DeviceBuffer::filled(&s, 1, 0.0f32)?;
+    let g2 = CudaGraph::scope(&s, |sc| {
+        let o = sc.record(ops::fill(out2, POISON_F32))?;
+        sc.record(SpinWrite { buf: &mut scratch2, ns: 2_000_000, v: 1.0 })?;
+        sc.record(ops::scale(&x, a, o))
+    })?;
+    let want32: Vec<f32> = want.iter().map(|&v| v as f32).collect();
     let reads = std::thread::scope(|t| -> Result<Result<usize, String>, Failed> {
-        let reader = t.spawn(|| -> Result<usize, String> {
+        let (g2, want32) = (&g2, &want32);
+        let reader = t.spawn(move || -> Result<usize, String> {
+            let out = g2.output().ok_or("the graph owns its output")?;
+            let mut poisoned = 0;
             for _ in 0..50 {
-                if x.to_vec().map_err(|e| e.to_string())? != xh {
-                    return Err("a reader of the graph's input saw other data".into());
+                let v = out.to_vec().map_err(|e| e.to_string())?;
+                if v.iter().any(|e| e.is_nan()) {
+                    poisoned += 1;
+                } else if v != *want32 {
+                    return Err("a reader of the graph's output saw other data".into());
                 }
+            }
+            if poisoned > 0 {
+                return Err(format!("{poisoned} reads saw a replay's intermediate poison"));
             }
             Ok(50)
         });
         for i in 0..20 {
             // SAFETY: a replay's output is `()`; the buffers it writes are read only through
             // `to_vec`, which is ordered after it.
-            unsafe { g.launch().async_on(if i % 2 == 0 { &s2 } else { &s3 })? };
+            unsafe { g2.launch().async_on(if i % 2 == 0 { &s2 } else { &s3 })? };
+            // SAFETY: as above.
+            unsafe { g.launch().async_on(if i % 2 == 0 { &s3 } else { &s2 })? };
         }
         Ok(reader.join().map_err(|_| "the reader thread panicked")?)
     })??;

@@ -21,8 +21,6 @@ fn laziness() -> TestResult {
     let d = dev()?;
     let s = Stream::new(&d)?;
     let pool = MemPool::device_default(&d)?;
-    d.synchronize()?;
-    let before = pool.stats()?.used_current;
     let calls = AtomicUsize::new(0);
     let n = 1 << 24;
     // A buffer that an executed op would write (and the default policy's streams, which `.sync()`
@@ -31,6 +29,7 @@ fn laziness() -> TestResult {
     cuda_async::scheduling::default_policy()?;
     let mut probe = DeviceBuffer::filled(&s, 4096, POISON_F32)?;
     d.synchronize()?;
+    let before = pool.stats()?.used_current;
     {
         let op3 = AddScalar { buf: &mut probe, v: 1.0 }.into_op().then(|b| AddScalar { buf: b, v: 2.0 });
         drop(op3);

@@ -7,18 +7,11 @@
 
 use crate::error::{check, Error, Result};
 use cudarc::driver::sys;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// Loads the driver and runs `cuInit(0)` once per process. Every entry point of this crate that
 /// talks to the driver goes through here first, so a missing driver is an error, never a panic.
 static INIT: OnceLock<Result<()>> = OnceLock::new();
-static LIBRARY_LOADED: AtomicBool = AtomicBool::new(false);
-
-/// Whether the driver library has been found (so its functions may be called without panicking).
-pub(crate) fn library_loaded() -> bool {
-    LIBRARY_LOADED.load(Ordering::Acquire)
-}
 
 pub(crate) fn init() -> Result<()> {
     INIT.get_or_init(|| {
@@ -29,7 +22,7 @@ pub(crate) fn init() -> Result<()> {
                 searched: cudarc::get_lib_name_candidates("cuda").join(", "),
             });
         }
-        LIBRARY_LOADED.store(true, Ordering::Release);
+        crate::error::mark_library_loaded();
         // SAFETY: cuInit has no preconditions; the library is known to load.
         check(unsafe { sys::cuInit(0) }, "initialising the CUDA driver (cuInit)")
     })

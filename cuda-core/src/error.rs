@@ -112,7 +112,7 @@ impl Error {
     pub(crate) fn driver(code: sys::CUresult, during: &'static str) -> Self {
         let mut name_ptr = std::ptr::null();
         let mut desc_ptr = std::ptr::null();
-        if !crate::driver::library_loaded() {
+        if !LIBRARY_LOADED.load(std::sync::atomic::Ordering::Acquire) {
             // Never reached in practice (every driver call follows a successful load), but the
             // name lookup below would need the library.
             return Error::Driver {
@@ -146,6 +146,16 @@ unsafe fn static_cstr(p: *const std::ffi::c_char) -> Option<&'static str> {
     }
     // SAFETY: the caller guarantees a static NUL-terminated string.
     unsafe { CStr::from_ptr(p) }.to_str().ok()
+}
+
+/// Whether the driver library has been found, so its functions (the error-name lookups below) may be
+/// called. Set by `driver::init`; kept here so that this module depends on nothing else of the
+/// crate.
+static LIBRARY_LOADED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Records that the driver library is loaded (called once by `driver::init`).
+pub(crate) fn mark_library_loaded() {
+    LIBRARY_LOADED.store(true, std::sync::atomic::Ordering::Release);
 }
 
 static DROP_ERRORS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

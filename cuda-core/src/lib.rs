@@ -22,6 +22,7 @@ pub mod error;
 pub mod event;
 pub mod graph;
 mod keep;
+pub mod launch;
 pub mod memory;
 pub mod module;
 pub mod nvrtc;
@@ -37,5 +38,6 @@ pub use graph::{
     GraphMem, InstantiateFlags, KernelNode, KernelNodeParams, Node, NodeType,
 };
 pub use memory::{Allocation, DeviceBuffer, DeviceRepr, MemPool, PinnedBuffer, PoolStats};
-pub use module::{Function, FunctionAttribute, KernelArgs, KernelParam, LaunchConfig, Module};
+pub use launch::{KernelArgs, KernelParam, LaunchConfig};
+pub use module::{Function, FunctionAttribute, Module};
 pub use stream::{Stream, StreamStatus};

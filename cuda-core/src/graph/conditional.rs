@@ -12,7 +12,8 @@
 use super::build::{GraphBody, Node};
 use crate::error::{check, Error, Result};
 use crate::memory::DeviceBuffer;
-use crate::module::{Function, KernelParam, LaunchConfig, Module};
+use crate::launch::{KernelParam, LaunchConfig};
+use crate::module::{Function, Module};
 use cudarc::driver::sys;
 use std::collections::HashMap;
 use std::ffi::c_void;

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 mod build;
 mod conditional;
 mod dot;
+mod memory;
 
 pub use build::{GraphBody, GraphMem, Node, NodeType};
 pub use conditional::{Conditional, ConditionalKind};

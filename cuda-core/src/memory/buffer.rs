@@ -19,8 +19,9 @@ use std::sync::Arc;
 /// - It is allocated stream-ordered on its *home stream* (`cuMemAllocAsync` or
 ///   `cuMemAllocFromPoolAsync`) and freed stream-ordered on the same stream when dropped
 ///   (`cuMemFreeAsync`), so the free runs after every use queued before the drop.
-/// - Use on another stream is joined back to the home stream (see [`crate::memory::ordered_on`]),
-///   so the free is also ordered after uses on other streams. Dropping never blocks the host.
+/// - Every use is ordered against the earlier conflicting uses, on any stream (a read after the
+///   last write, a write after the last write and the reads since: see [`crate::memory`]), and the
+///   free waits for every use on other streams. Dropping never blocks the host.
 /// - It keeps its home stream (and pool, if any) alive.
 /// - Graphs that recorded work on it keep the memory alive (through its [`Allocation`]) for as
 ///   long as they can replay, even after the buffer itself is dropped.

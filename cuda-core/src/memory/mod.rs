@@ -1,4 +1,13 @@
 //! Device memory: typed buffers, pinned host buffers, memory pools, and cross-stream ordering.
+//!
+//! **Ordering.** Every use of a buffer (a kernel argument, a copy, a memset, a graph replay) is
+//! ordered after the earlier uses it conflicts with, whatever stream or thread queued them: a read
+//! waits for the last write; a write waits for the last write and every read since; the final,
+//! stream-ordered free on the buffer's home stream waits for everything. Uses on the home stream
+//! record nothing; a use on another stream records one event behind its work. Readers on several
+//! streams therefore run concurrently, and independent buffers never order each other. Each use is
+//! one atomic step under the enqueue locks of the streams involved, so no capture can begin or end
+//! in the middle of it (see `capture` and `access`).
 
 mod access;
 mod alloc;

@@ -26,6 +26,7 @@ pub mod launch;
 pub mod memory;
 pub mod module;
 pub mod nvrtc;
+mod per_device;
 mod reaper;
 pub mod stream;
 
@@ -37,7 +38,8 @@ pub use graph::{
     CaptureMode, CaptureStatus, Conditional, ConditionalKind, ExecUpdate, Graph, GraphBody, GraphExec,
     GraphMem, InstantiateFlags, KernelNode, KernelNodeParams, Node, NodeType,
 };
-pub use memory::{Allocation, DeviceBuffer, DeviceRepr, MemPool, PinnedBuffer, PoolStats};
 pub use launch::{KernelArgs, KernelParam, LaunchConfig};
+pub use memory::{Allocation, DeviceBuffer, DeviceRepr, MemPool, PinnedBuffer, PoolStats};
 pub use module::{Function, FunctionAttribute, Module};
+pub use per_device::PerDevice;
 pub use stream::{Stream, StreamStatus};

@@ -6,7 +6,7 @@
 //! stream alive (they hold a handle), so stream-ordered frees always have a live stream.
 //!
 //! **The enqueue lock.** Every stream has one mutex, held by every operation of this crate that
-//! queues work on the stream, waits on it, or changes its capture state (see [`crate::capture`]).
+//! queues work on the stream, waits on it, or changes its capture state (see `capture.rs`).
 //! The check "is this stream being captured, and by whom" and the enqueue that depends on it are
 //! therefore one atomic step: no other thread can begin or end a capture in between.
 

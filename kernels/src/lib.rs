@@ -9,9 +9,7 @@
 
 #![warn(missing_docs)]
 
-use cuda_core::{Device, DeviceBuffer, DeviceRepr, Error, Function, LaunchConfig, Result, Stream};
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use cuda_core::{Device, DeviceBuffer, DeviceRepr, Error, Function, LaunchConfig, PerDevice, Result, Stream};
 
 pub mod ops;
 
@@ -95,24 +93,19 @@ impl Kernels {
     /// The kernels on `device`, compiled (or read from the cache) and loaded on first use, then
     /// kept for the life of the process.
     pub fn get(device: &Device) -> Result<&'static Kernels> {
-        static LOADED: OnceLock<Mutex<HashMap<usize, &'static Kernels>>> = OnceLock::new();
-        let map = LOADED.get_or_init(Default::default);
-        let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(k) = map.get(&device.ordinal()) {
-            return Ok(k);
-        }
-        let ew = device.compile_module("elementwise.cu", ELEMENTWISE_SRC, &options())?;
-        let red = device.compile_module("reduce.cu", REDUCE_SRC, &options())?;
-        let lin = device.compile_module("linear.cu", LINEAR_SRC, &options())?;
-        let sms = device.multiprocessor_count()?;
-        let k: &'static Kernels = Box::leak(Box::new(Kernels {
-            device: *device,
-            max_blocks: sms.saturating_mul(32).max(1),
-            f32: TypedKernels::load(&ew, &red, &lin, "f32")?,
-            f64: TypedKernels::load(&ew, &red, &lin, "f64")?,
-        }));
-        map.insert(device.ordinal(), k);
-        Ok(k)
+        static LOADED: PerDevice<Kernels> = PerDevice::new();
+        LOADED.get_or_try_init(device, || {
+            let ew = device.compile_module("elementwise.cu", ELEMENTWISE_SRC, &options())?;
+            let red = device.compile_module("reduce.cu", REDUCE_SRC, &options())?;
+            let lin = device.compile_module("linear.cu", LINEAR_SRC, &options())?;
+            let sms = device.multiprocessor_count()?;
+            Ok(Kernels {
+                device: *device,
+                max_blocks: sms.saturating_mul(32).max(1),
+                f32: TypedKernels::load(&ew, &red, &lin, "f32")?,
+                f64: TypedKernels::load(&ew, &red, &lin, "f64")?,
+            })
+        })
     }
 
     /// The device these kernels are loaded on.

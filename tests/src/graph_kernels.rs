@@ -2,8 +2,6 @@
 //! pointer copies for graph-owned memory.
 
 use cuda_core::{Device, Function};
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
 
 /// CUDA C of the kernels.
 pub const SRC: &str = r#"
@@ -47,18 +45,14 @@ pub struct GraphKernels {
 
 /// The kernels on `device`, compiled once.
 pub fn graph_kernels(device: &Device) -> cuda_core::Result<&'static GraphKernels> {
-    static K: OnceLock<Mutex<HashMap<usize, &'static GraphKernels>>> = OnceLock::new();
-    let mut map = K.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(k) = map.get(&device.ordinal()) {
-        return Ok(k);
-    }
-    let m = device.compile_module("graph_kernels.cu", SRC, &[])?;
-    let k: &'static GraphKernels = Box::leak(Box::new(GraphKernels {
-        loop_init: m.function("loop_init")?,
-        loop_step: m.function("loop_step")?,
-        copy_raw: m.function("copy_raw")?,
-        iota_raw: m.function("iota_raw")?,
-    }));
-    map.insert(device.ordinal(), k);
-    Ok(k)
+    static K: cuda_core::PerDevice<GraphKernels> = cuda_core::PerDevice::new();
+    K.get_or_try_init(device, || {
+        let m = device.compile_module("graph_kernels.cu", SRC, &[])?;
+        Ok(GraphKernels {
+            loop_init: m.function("loop_init")?,
+            loop_step: m.function("loop_step")?,
+            copy_raw: m.function("copy_raw")?,
+            iota_raw: m.function("iota_raw")?,
+        })
+    })
 }

@@ -4,8 +4,6 @@
 
 use cuda_async::{BufferMut, DeviceOp, ExecutionContext, Result};
 use cuda_core::{Device, Function, LaunchConfig};
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
 
 /// CUDA C of the test kernels.
 pub const SRC: &str = r#"
@@ -36,18 +34,11 @@ pub struct TestKernels {
 
 /// The test kernels on `device`, compiled once.
 pub fn test_kernels(device: &Device) -> cuda_core::Result<&'static TestKernels> {
-    static K: OnceLock<Mutex<HashMap<usize, &'static TestKernels>>> = OnceLock::new();
-    let mut map = K.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(k) = map.get(&device.ordinal()) {
-        return Ok(k);
-    }
-    let m = device.compile_module("test_ops.cu", SRC, &[])?;
-    let k: &'static TestKernels = Box::leak(Box::new(TestKernels {
-        spin_write: m.function("spin_write")?,
-        add_scalar: m.function("add_scalar")?,
-    }));
-    map.insert(device.ordinal(), k);
-    Ok(k)
+    static K: cuda_core::PerDevice<TestKernels> = cuda_core::PerDevice::new();
+    K.get_or_try_init(device, || {
+        let m = device.compile_module("test_ops.cu", SRC, &[])?;
+        Ok(TestKernels { spin_write: m.function("spin_write")?, add_scalar: m.function("add_scalar")? })
+    })
 }
 
 fn cfg(n: usize) -> LaunchConfig {

@@ -11,13 +11,11 @@
 
 use super::build::{GraphBody, Node};
 use crate::error::{check, Error, Result};
-use crate::memory::DeviceBuffer;
 use crate::launch::{KernelParam, LaunchConfig};
+use crate::memory::DeviceBuffer;
 use crate::module::{Function, Module};
 use cudarc::driver::sys;
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Mutex, OnceLock};
 
 /// The set-conditional kernel, built by `scripts/build-set-conditional.sh`.
 const SET_CONDITIONAL_FATBIN: &[u8] = include_bytes!("../../cuda/set_conditional.fatbin");
@@ -54,15 +52,12 @@ unsafe impl KernelParam for Conditional {
 }
 
 fn set_conditional_function(device: &crate::Device) -> Result<Function> {
-    static M: OnceLock<Mutex<HashMap<usize, Function>>> = OnceLock::new();
-    let mut map = M.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(f) = map.get(&device.ordinal()) {
-        return Ok(f.clone());
-    }
-    let f = Module::from_cubin(device, SET_CONDITIONAL_FATBIN)?.function("cuda_async_set_conditional")?;
-    // The module must outlive every graph that uses it: keep it (and the function) for the process.
-    map.insert(device.ordinal(), f.clone());
-    Ok(f)
+    // The module must outlive every graph that uses it: kept (with the function) for the process.
+    static F: crate::PerDevice<Function> = crate::PerDevice::new();
+    F.get_or_try_init(device, || {
+        Module::from_cubin(device, SET_CONDITIONAL_FATBIN)?.function("cuda_async_set_conditional")
+    })
+    .cloned()
 }
 
 fn require_driver() -> Result<()> {

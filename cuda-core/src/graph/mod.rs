@@ -232,7 +232,7 @@ impl Graph {
 
 /// An executable graph (`CUgraphExec`), destroyed on drop.
 ///
-/// **Lifetimes.** It owns (shares) its graph's [`KeepAlive`] set. The allocations in it are freed
+/// **Lifetimes.** It owns (shares) its graph's keep-alive set (allocations, host closures, events, serial streams). The allocations in it are freed
 /// stream-ordered after every replay (each replay is joined to their home streams). Host-node
 /// closures and events are not stream-ordered: an executable graph holding any records an event
 /// behind each replay, and when it is dropped or updated they are released only once the last

@@ -1,0 +1,58 @@
+//! `PerDevice<T>`: a lazily built value per device, kept for the life of the process.
+
+use crate::device::Device;
+use crate::error::Result;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// One value per device, built on first use by the caller's closure and kept for the rest of the
+/// process (loaded kernels, per-device streams, handles of other libraries). The values are leaked
+/// on purpose: modules must outlive every graph and launch that uses them, which process lifetime
+/// guarantees. A failed build is not cached: the next call tries again.
+///
+/// ```no_run
+/// use cuda_core::{Device, Function, PerDevice};
+/// static KERNELS: PerDevice<Function> = PerDevice::new();
+/// fn my_kernel(d: &Device) -> cuda_core::Result<&'static Function> {
+///     KERNELS.get_or_try_init(d, || {
+///         d.compile_module("k.cu", r#"extern "C" __global__ void k() {}"#, &[])?.function("k")
+///     })
+/// }
+/// ```
+pub struct PerDevice<T: 'static> {
+    slots: Mutex<Option<HashMap<usize, &'static T>>>,
+}
+
+impl<T: Send + Sync + 'static> Default for PerDevice<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Send + Sync + 'static> PerDevice<T> {
+    /// An empty cache (usable in a `static`).
+    pub const fn new() -> Self {
+        PerDevice { slots: Mutex::new(None) }
+    }
+
+    /// The value for `device`, built by `init` if there is none yet. `init` runs with the cache
+    /// locked, so it runs at most once per device at a time (it must not use this same cache).
+    ///
+    /// # Errors
+    /// The error of `init`.
+    pub fn get_or_try_init(&self, device: &Device, init: impl FnOnce() -> Result<T>) -> Result<&'static T> {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let map = slots.get_or_insert_with(HashMap::new);
+        if let Some(v) = map.get(&device.ordinal()) {
+            return Ok(v);
+        }
+        let v: &'static T = Box::leak(Box::new(init()?));
+        map.insert(device.ordinal(), v);
+        Ok(v)
+    }
+
+    /// The value for `device`, if it has been built.
+    pub fn get(&self, device: &Device) -> Option<&'static T> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).as_ref()?.get(&device.ordinal()).copied()
+    }
+}

@@ -5,7 +5,7 @@
 //! - [`Stream`], [`Event`]: ordering, synchronisation and timing.
 //! - [`memory`]: [`DeviceBuffer`] (stream-ordered allocation and free), [`PinnedBuffer`],
 //!   [`MemPool`], and cross-stream ordering of buffer uses.
-//! - [`Module`], [`Function`], [`nvrtc`]: loading PTX/CUBIN, compiling CUDA C at run time with a
+//! - [`CudaModule`], [`Function`], [`nvrtc`]: loading PTX/CUBIN, compiling CUDA C at run time with a
 //!   memory and disk cache, and typed kernel launches.
 //! - [`graph`]: raw graph handles (capture, instantiate, upload, launch).
 //!
@@ -40,6 +40,6 @@ pub use graph::{
 };
 pub use launch::{KernelArgs, KernelParam, LaunchConfig};
 pub use memory::{Allocation, DeviceBuffer, DeviceRepr, MemPool, PinnedBuffer, PoolStats};
-pub use module::{Function, FunctionAttribute, Module};
+pub use module::{CudaModule, Function, FunctionAttribute};
 pub use per_device::PerDevice;
 pub use stream::{Stream, StreamStatus};

@@ -35,26 +35,26 @@ impl Drop for ModuleInner {
 /// A loaded module (PTX or CUBIN). Cloning gives another handle; the module is unloaded when the
 /// last handle and the last [`Function`] from it are dropped.
 #[derive(Clone)]
-pub struct Module {
+pub struct CudaModule {
     inner: Arc<ModuleInner>,
 }
 
-impl std::fmt::Debug for Module {
+impl std::fmt::Debug for CudaModule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Module({:p})", self.inner.raw)
+        write!(f, "CudaModule({:p})", self.inner.raw)
     }
 }
 
-impl Module {
+impl CudaModule {
     /// Loads a module from PTX text.
-    pub fn from_ptx(device: &Device, ptx: &str) -> Result<Module> {
+    pub fn from_ptx(device: &Device, ptx: &str) -> Result<CudaModule> {
         let c =
             CString::new(ptx).map_err(|_| Error::InvalidArgument("PTX text contains a NUL byte".into()))?;
         Self::load(device, c.as_bytes_with_nul())
     }
 
     /// Loads a module from a CUBIN (or fatbin) image.
-    pub fn from_cubin(device: &Device, image: &[u8]) -> Result<Module> {
+    pub fn from_cubin(device: &Device, image: &[u8]) -> Result<CudaModule> {
         if image.is_empty() {
             return Err(Error::InvalidArgument("empty CUBIN image".into()));
         }
@@ -68,13 +68,13 @@ impl Module {
         Self::load(device, bytes)
     }
 
-    fn load(device: &Device, image: &[u8]) -> Result<Module> {
+    fn load(device: &Device, image: &[u8]) -> Result<CudaModule> {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: `image` is a NUL-terminated PTX string or an aligned binary image that lives
         // across the call; the driver copies what it needs.
         check(unsafe { sys::cuModuleLoadData(&mut raw, image.as_ptr().cast()) }, "loading a module")?;
-        Ok(Module { inner: Arc::new(ModuleInner { device: *device, raw }) })
+        Ok(CudaModule { inner: Arc::new(ModuleInner { device: *device, raw }) })
     }
 
     /// Looks up a kernel by its (`extern "C"`) name.

@@ -67,9 +67,9 @@ pub struct Kernels {
 
 impl TypedKernels {
     fn load(
-        ew: &cuda_core::Module,
-        red: &cuda_core::Module,
-        lin: &cuda_core::Module,
+        ew: &cuda_core::CudaModule,
+        red: &cuda_core::CudaModule,
+        lin: &cuda_core::CudaModule,
         s: &str,
     ) -> Result<Self> {
         Ok(TypedKernels {

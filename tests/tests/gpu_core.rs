@@ -327,7 +327,7 @@ fn disk_cache_hit_and_corruption() -> TestResult {
     let src =
         format!("extern \"C\" __global__ void k(unsigned* o) {{ o[threadIdx.x] = threadIdx.x + {c}u; }}");
     let run = |image: &[u8]| -> TestResult {
-        let m = cuda_core::Module::from_cubin(&d, image)?;
+        let m = cuda_core::CudaModule::from_cubin(&d, image)?;
         let f = m.function("k")?;
         let s = Stream::new(&d)?;
         let mut o = DeviceBuffer::<u32>::filled(&s, 64, u32::MAX)?;

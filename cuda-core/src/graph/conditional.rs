@@ -13,7 +13,7 @@ use super::build::{GraphBody, Node};
 use crate::error::{check, Error, Result};
 use crate::launch::{KernelParam, LaunchConfig};
 use crate::memory::DeviceBuffer;
-use crate::module::{Function, Module};
+use crate::module::{CudaModule, Function};
 use cudarc::driver::sys;
 use std::ffi::c_void;
 
@@ -55,7 +55,7 @@ fn set_conditional_function(device: &crate::Device) -> Result<Function> {
     // The module must outlive every graph that uses it: kept (with the function) for the process.
     static F: crate::PerDevice<Function> = crate::PerDevice::new();
     F.get_or_try_init(device, || {
-        Module::from_cubin(device, SET_CONDITIONAL_FATBIN)?.function("cuda_async_set_conditional")
+        CudaModule::from_cubin(device, SET_CONDITIONAL_FATBIN)?.function("cuda_async_set_conditional")
     })
     .cloned()
 }

@@ -12,12 +12,12 @@ pub use compile::{compile_cubin, nvrtc_version};
 
 use crate::device::Device;
 use crate::error::Result;
-use crate::module::Module;
+use crate::module::CudaModule;
 
 impl Device {
     /// Compiles `source` for this device through the global [`KernelCache`] and loads it.
-    pub fn compile_module(&self, program: &str, source: &str, options: &[String]) -> Result<Module> {
+    pub fn compile_module(&self, program: &str, source: &str, options: &[String]) -> Result<CudaModule> {
         let compiled = KernelCache::global().compile(self, program, source, options)?;
-        Module::from_cubin(self, &compiled.image)
+        CudaModule::from_cubin(self, &compiled.image)
     }
 }

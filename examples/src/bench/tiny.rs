@@ -5,7 +5,7 @@
 use anyhow::{ensure, Context, Result};
 use cuda_async::{DeviceOp, ExecutionContext, GraphNode};
 use cuda_core::nvrtc::{CompiledKernel, KernelCache};
-use cuda_core::{Device, DeviceBuffer, Function, LaunchConfig, Module, Stream};
+use cuda_core::{CudaModule, Device, DeviceBuffer, Function, LaunchConfig, Stream};
 use rand::Rng;
 
 /// The kernel. `n` bounds the index; one block of [`ELEMS`] threads touches at most 32 values.
@@ -42,10 +42,10 @@ impl TinyImage {
         &self.0.image
     }
 
-    /// Loads it for the framework side (`Module::from_cubin`).
+    /// Loads it for the framework side (`CudaModule::from_cubin`).
     pub fn load(&self, dev: &Device) -> Result<TinyFunction> {
-        let module = Module::from_cubin(dev, self.bytes()).context("Module::from_cubin")?;
-        Ok(TinyFunction(module.function("tiny").context("Module::function")?))
+        let module = CudaModule::from_cubin(dev, self.bytes()).context("CudaModule::from_cubin")?;
+        Ok(TinyFunction(module.function("tiny").context("CudaModule::function")?))
     }
 }
 

@@ -710,6 +710,59 @@ fn builder_orders_conflicting_nodes() -> TestResult {
     ensure(all_eq(&y.to_vec()?, 140.0), "memset after the copy, then forty adds")
 }
 
+/// (10) A conditional body counts as writing what it touches: a node added after an IF node (with
+/// no explicit edge) that writes the buffer the body writes waits for the whole conditional. The
+/// body spins 20 ms then sets 5; the later node adds 1: ordered, the result is 6 (unordered, 5).
+fn conditional_body_orders_later_nodes() -> TestResult {
+    use cuda_async::GraphBodyExt;
+    let (d, s) = setup()?;
+    let mut y = DeviceBuffer::filled(&s, 4096, POISON_F32)?;
+    let mut g = cuda_core::Graph::new(&d)?;
+    {
+        let mut b = g.builder();
+        let cond = b.conditional(Some(true))?;
+        b.add_if::<DeviceError>(&cond, &[], |body| {
+            body.add_op(SpinWrite { buf: &mut y, ns: 20 * MS, v: 5.0 }, &[])?;
+            Ok(())
+        })?;
+        b.add_op(AddScalar { buf: &mut y, v: 1.0 }, &[])?;
+    }
+    let exec = g.instantiate(Default::default())?;
+    exec.launch(&s)?;
+    drop(exec);
+    drop(g);
+    ensure(all_eq(&y.to_vec()?, 6.0), "the node after the IF body ran after it")
+}
+
+/// (11) Recapture while replays are queued: a graph (30 ms spin then a write, plus `+1` on a
+/// counter) is replayed without waiting, recaptured with a new value (an in-place update), and
+/// replayed again on another stream: both replays ran, in order, each exactly once.
+fn recapture_with_queued_replays() -> TestResult {
+    let (d, s) = setup()?;
+    let (s2, s3) = (Stream::new(&d)?, Stream::new(&d)?);
+    let mut y = DeviceBuffer::filled(&s, 4096, POISON_F32)?;
+    let mut c = DeviceBuffer::filled(&s, 16, 0.0f32)?;
+    let mut g = CudaGraph::scope(&s, |sc| {
+        sc.record(SpinWrite { buf: &mut y, ns: 30 * MS, v: 1.0 })?;
+        sc.record(AddScalar { buf: &mut c, v: 1.0 })?;
+        Ok(())
+    })?;
+    // SAFETY: a replay yields `()`; the buffers it writes are read below through `to_vec`, which
+    // is ordered after every replay.
+    unsafe { g.launch().async_on(&s2)? };
+    let path = g.recapture_scope(|sc| {
+        sc.record(SpinWrite { buf: &mut y, ns: 30 * MS, v: 2.0 })?;
+        sc.record(AddScalar { buf: &mut c, v: 1.0 })?;
+        Ok(())
+    })?;
+    // SAFETY: as above.
+    unsafe { g.launch().async_on(&s3)? };
+    drop(g);
+    eprintln!("recapture path: {path:?}");
+    ensure(all_eq(&c.to_vec()?, 2.0), "two replays, each exactly once")?;
+    ensure(all_eq(&y.to_vec()?, 2.0), "the second replay (new value) ran after the first")
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("fork_refused_core", || bounded(60, fork_refused_core))
@@ -727,6 +780,8 @@ fn main() {
         .gpu("panic_inside_a_scope", || bounded(60, panic_inside_a_scope))
         .gpu("add_recorded_from_threads", || bounded(120, add_recorded_from_threads))
         .gpu("cross_device_misuse", || bounded(60, cross_device_misuse))
-        .gpu("builder_orders_conflicting_nodes", || bounded(60, builder_orders_conflicting_nodes));
+        .gpu("builder_orders_conflicting_nodes", || bounded(60, builder_orders_conflicting_nodes))
+        .gpu("conditional_body_orders_later_nodes", || bounded(60, conditional_body_orders_later_nodes))
+        .gpu("recapture_with_queued_replays", || bounded(60, recapture_with_queued_replays));
     s.run()
 }

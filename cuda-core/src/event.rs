@@ -68,7 +68,8 @@ impl Drop for Event {
     fn drop(&mut self) {
         if self.device.bind().is_ok() {
             // SAFETY: we own the handle; the driver defers release of a pending event.
-            unsafe { sys::cuEventDestroy_v2(self.raw) };
+            let res = unsafe { sys::cuEventDestroy_v2(self.raw) };
+            crate::error::note_drop_error(res, "destroying an event");
         }
     }
 }

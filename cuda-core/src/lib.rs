@@ -29,6 +29,7 @@ pub mod nvrtc;
 mod per_device;
 mod reaper;
 pub mod stream;
+mod zeroed;
 
 pub use device::{Device, DeviceAttribute};
 pub use driver::{device_count, driver_version, gpu_available, MIN_DRIVER_CUDA_VERSION};

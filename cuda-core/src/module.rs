@@ -27,7 +27,8 @@ impl Drop for ModuleInner {
         if self.device.synchronize().is_ok() {
             // SAFETY: we own the module; every launch from it has completed (synchronize above) and
             // no Function outlives this (each holds an Arc to us).
-            unsafe { sys::cuModuleUnload(self.raw) };
+            let res = unsafe { sys::cuModuleUnload(self.raw) };
+            crate::error::note_drop_error(res, "unloading a module");
         }
     }
 }

@@ -276,6 +276,9 @@ impl Stream {
     /// on the driver's thread: do not capture buffers, streams or events), and must not block for
     /// long, since it stalls the stream.
     pub unsafe fn launch_host_fn<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<()> {
+        /// # Safety
+        /// `data` must be a `Box<F>` leaked by `launch_host_fn` and handed to the driver once; the
+        /// driver calls this exactly once for it, which takes the box back.
         unsafe extern "C" fn trampoline<F: FnOnce() + Send + 'static>(data: *mut c_void) {
             // SAFETY: `data` is the Box<F> leaked below, handed to the driver exactly once; the
             // driver calls this trampoline exactly once for it.
@@ -308,6 +311,10 @@ impl Stream {
     /// As for [`Stream::launch_host_fn`]: `f` must not call CUDA and must return quickly.
     /// [`StreamStatus::into_result`] calls CUDA, so call it outside the callback.
     pub unsafe fn add_callback<F: FnOnce(StreamStatus) + Send + 'static>(&self, f: F) -> Result<()> {
+        /// # Safety
+        /// `data` must be a `Box<F>` leaked by `add_callback` and handed to the driver once; the
+        /// driver calls this exactly once for it (with the stream's status), which takes the box
+        /// back.
         unsafe extern "C" fn trampoline<F: FnOnce(StreamStatus) + Send + 'static>(
             _stream: sys::CUstream,
             status: sys::CUresult,

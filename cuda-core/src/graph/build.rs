@@ -524,9 +524,7 @@ impl<'g> GraphBody<'g> {
         let nodes = graph.nodes()?;
         if let [only] = nodes.as_slice() {
             if node_type(only)? == NodeType::Kernel {
-                // SAFETY: all-zero is valid for this struct of integers and pointers (no enums); the driver
-                // fills it.
-                let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+                let mut p: sys::CUDA_KERNEL_NODE_PARAMS = crate::zeroed::Zeroable::zeroed();
                 check(
                     // SAFETY: a live kernel node of `graph`.
                     unsafe { sys::cuGraphKernelNodeGetParams_v2(only.raw, &mut p) },
@@ -587,9 +585,7 @@ impl<'g> GraphBody<'g> {
                 self.keep.add_alloc(a);
             }
             let uses: Vec<(usize, Access)> = allocs.iter().flatten().map(|(a, k)| (key(a), *k)).collect();
-            // SAFETY: all-zero is valid for this struct of integers and pointers (no enums); we fill every
-            // field the driver reads.
-            let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+            let mut p: sys::CUDA_KERNEL_NODE_PARAMS = crate::zeroed::Zeroable::zeroed();
             p.func = f.raw();
             (p.gridDimX, p.gridDimY, p.gridDimZ) = cfg.grid;
             (p.blockDimX, p.blockDimY, p.blockDimZ) = cfg.block;
@@ -609,9 +605,7 @@ impl<'g> GraphBody<'g> {
         if bytes == 0 {
             return Err(Error::InvalidArgument("a mem-alloc node needs at least one byte".into()));
         }
-        // SAFETY: all-zero is a valid value: the pool-property enums have 0 variants (INVALID / NONE)
-        // and the other fields are integers and pointers; we fill what the driver needs.
-        let mut p: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        let mut p: sys::CUDA_MEM_ALLOC_NODE_PARAMS = crate::zeroed::Zeroable::zeroed();
         p.poolProps.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
         p.poolProps.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
         p.poolProps.location.id = self.device.ordinal() as i32;

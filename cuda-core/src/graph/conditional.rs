@@ -148,9 +148,7 @@ impl<'g> GraphBody<'g> {
         require_driver()?;
         let deps_raw: Vec<sys::CUgraphNode> = deps.iter().map(|d| self.dep(d)).collect::<Result<_>>()?;
         self.device.bind()?;
-        // SAFETY: all-zero is a valid value: `type_` has a 0 variant (KERNEL) and the rest is a union
-        // of plain data; we fill the conditional variant.
-        let mut p: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
+        let mut p: sys::CUgraphNodeParams = crate::zeroed::Zeroable::zeroed();
         p.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
         p.__bindgen_anon_1.conditional = sys::CUDA_CONDITIONAL_NODE_PARAMS {
             handle: cond.handle,

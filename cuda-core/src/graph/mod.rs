@@ -98,9 +98,7 @@ impl KernelNode {
     /// # Safety
     /// The graph the node belongs to must be alive.
     pub unsafe fn launches(&self, function: &crate::Function) -> Result<bool> {
-        // SAFETY: all-zero is valid for this struct of integers and pointers (no enums); the driver
-        // fills it.
-        let mut params: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        let mut params: sys::CUDA_KERNEL_NODE_PARAMS = crate::zeroed::Zeroable::zeroed();
         check(
             // SAFETY: the caller guarantees the node is alive.
             unsafe { sys::cuGraphKernelNodeGetParams_v2(self.0, &mut params) },
@@ -142,7 +140,8 @@ unsafe impl Sync for Graph {}
 impl Drop for Graph {
     fn drop(&mut self) {
         // SAFETY: we own the graph; executable graphs made from it are independent of it.
-        unsafe { sys::cuGraphDestroy(self.raw) };
+        let res = unsafe { sys::cuGraphDestroy(self.raw) };
+        crate::error::note_drop_error(res, "destroying a graph");
     }
 }
 
@@ -393,8 +392,7 @@ impl GraphExec {
     /// allocations instead (replays already queued still hold theirs through the stream order).
     pub fn update(&mut self, graph: &Graph) -> Result<ExecUpdate> {
         self.device.bind()?;
-        // SAFETY: all-zero is valid: `result` has a 0 variant (SUCCESS) and the rest are handles.
-        let mut info: sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
+        let mut info: sys::CUgraphExecUpdateResultInfo = crate::zeroed::Zeroable::zeroed();
         // SAFETY: live handles; valid out-pointer.
         let res = unsafe { sys::cuGraphExecUpdate_v2(self.raw, graph.raw, &mut info) };
         match res {
@@ -500,9 +498,7 @@ impl KernelNode {
     /// # Safety
     /// The graph the node belongs to must be alive.
     pub unsafe fn read_params(&self) -> Result<KernelNodeParams> {
-        // SAFETY: all-zero is valid for this struct of integers and pointers (no enums); the driver
-        // fills it.
-        let mut raw: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        let mut raw: sys::CUDA_KERNEL_NODE_PARAMS = crate::zeroed::Zeroable::zeroed();
         check(
             // SAFETY: the caller guarantees the node is alive.
             unsafe { sys::cuGraphKernelNodeGetParams_v2(self.0, &mut raw) },

@@ -177,7 +177,8 @@ impl<T: DeviceRepr> Drop for PinnedBuffer<T> {
         // or the context binding fails, leak the memory rather than risk freeing it early.
         if self.wait().is_ok() && self.device.bind().is_ok() {
             // SAFETY: allocated by cuMemHostAlloc; no transfer is in flight any more.
-            unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
+            let res = unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
+            crate::error::note_drop_error(res, "freeing page-locked host memory");
         }
     }
 }

@@ -21,7 +21,8 @@ impl Drop for PoolInner {
         if self.owned && self.device.bind().is_ok() {
             // SAFETY: we created the pool and no buffer holds it any more (buffers keep a clone).
             // The driver defers the release while frees are still pending.
-            unsafe { sys::cuMemPoolDestroy(self.raw) };
+            let res = unsafe { sys::cuMemPoolDestroy(self.raw) };
+            crate::error::note_drop_error(res, "destroying a memory pool");
         }
     }
 }
@@ -56,9 +57,7 @@ impl MemPool {
     /// Creates a new pool of device memory on `device`.
     pub fn new(device: &Device) -> Result<MemPool> {
         device.bind()?;
-        // SAFETY: all-zero is a valid value: its enums have 0 variants (INVALID / NONE) and the other
-        // fields are integers and pointers; we fill what matters.
-        let mut props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
+        let mut props: sys::CUmemPoolProps = crate::zeroed::Zeroable::zeroed();
         props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
         props.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
         props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;

@@ -260,6 +260,9 @@ fn launch_on_other_streams() -> TestResult {
         sc.record(ops::scale(&x, a, o))
     })?;
     let want32: Vec<f32> = want.iter().map(|&v| v as f32).collect();
+    // One complete replay first, so the output holds the result before the reader starts (a read
+    // that raced ahead of every replay would otherwise see the initial poison).
+    g2.launch().sync_on(&s)?;
     let reads = std::thread::scope(|t| -> Result<Result<usize, String>, Failed> {
         let (g2, want32) = (&g2, &want32);
         let reader = t.spawn(move || -> Result<usize, String> {

@@ -19,6 +19,10 @@ pub struct Allocation {
     pub(crate) _pool: Option<MemPool>,
     /// What a new use must wait for; only touched under the home stream's enqueue lock.
     access: std::sync::Mutex<AccessState>,
+    /// Whether `access` holds any mark of another stream (a foreign write or reads). While it does
+    /// not, a use on the home stream has nothing to wait for and skips `access` entirely. Only
+    /// read or written under the home stream's enqueue lock (which orders it), hence `Relaxed`.
+    pub(crate) foreign: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Allocation {
@@ -29,7 +33,7 @@ impl std::fmt::Debug for Allocation {
 
 impl Allocation {
     pub(crate) fn new(ptr: sys::CUdeviceptr, stream: Stream, pool: Option<MemPool>) -> Allocation {
-        Allocation { ptr, stream, _pool: pool, access: Default::default() }
+        Allocation { ptr, stream, _pool: pool, access: Default::default(), foreign: Default::default() }
     }
 
     /// The access state (see `memory::access`). The caller holds the home stream's lock.

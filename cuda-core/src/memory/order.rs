@@ -33,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::event::{Event, PooledEvent};
 use crate::keep::KeepAlive;
 use crate::stream::Stream;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// One entry of a use list: an allocation and how the work touches it, or nothing (kernel
@@ -118,6 +119,11 @@ pub(crate) fn ordered<R, U: UseRef>(
             return captured(k, in_capture, keep, enqueue);
         }
         for (a, kind) in uses() {
+            // No mark of another stream: the home stream's order covers every earlier use (and
+            // `home_read` only matters once a foreign write mark exists).
+            if !a.foreign.load(Ordering::Relaxed) {
+                continue;
+            }
             let mut st = a.access();
             if let Some(m) = st.write.take() {
                 on.wait_unchecked(&m.event)?;
@@ -131,6 +137,7 @@ pub(crate) fn ordered<R, U: UseRef>(
                     st.home_read = false;
                 }
             }
+            a.foreign.store(st.write.is_some() || !st.reads.is_empty(), Ordering::Relaxed);
         }
         return enqueue();
     }
@@ -225,6 +232,7 @@ pub(crate) fn ordered<R, U: UseRef>(
             (Access::Read, false, Some(ev)) => st.add_read(Mark { stream: on.clone(), event: ev.clone() }),
             (_, false, None) => {} // unreachable: a foreign use always records a mark
         }
+        a.foreign.store(st.write.is_some() || !st.reads.is_empty(), Ordering::Relaxed);
     }
     if let Some(ev) = &mark {
         for s in serial.iter().filter(|s| **s != on) {

@@ -28,6 +28,11 @@ unsafe impl Send for DeviceInner {}
 // SAFETY: as above; no interior mutability.
 unsafe impl Sync for DeviceInner {}
 
+thread_local! {
+    /// The primary context this crate last made (or found) current on this thread (0: none yet).
+    static BOUND: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// A CUDA device with its retained primary context. Cheap to copy; equal when the ordinal is.
 #[derive(Clone, Copy)]
 pub struct Device {
@@ -97,6 +102,14 @@ impl Device {
     /// Every operation of this crate calls it; users never need to.
     #[inline]
     pub fn bind(&self) -> Result<()> {
+        // The context this crate last made current on this thread: when it is ours, no driver call
+        // is needed (a launch pays one driver call, like raw code). Code that changes the thread's
+        // current context behind this crate's back (raw driver calls) makes later calls of this
+        // crate fail with a driver error until it rebinds; it cannot make them touch the wrong
+        // memory, since every call names its stream, event or buffer of the right context.
+        if BOUND.with(|b| b.get()) == self.inner.ctx as usize {
+            return Ok(());
+        }
         let mut cur = std::ptr::null_mut();
         // SAFETY: valid out-pointer; cuCtxGetCurrent only reads thread-local driver state.
         check(unsafe { sys::cuCtxGetCurrent(&mut cur) }, "reading the current context")?;
@@ -104,6 +117,7 @@ impl Device {
             // SAFETY: the context is a retained primary context that lives for the process.
             check(unsafe { sys::cuCtxSetCurrent(self.inner.ctx) }, "binding the device's context")?;
         }
+        BOUND.with(|b| b.set(self.inner.ctx as usize));
         Ok(())
     }
 

@@ -65,6 +65,10 @@ impl Device {
     /// Opens device `ordinal`: retains its primary context (once per process) and binds it to the
     /// calling thread. Errors: no driver ([`Error::NoDriver`]), no device, or an ordinal out of
     /// range ([`Error::InvalidDevice`]).
+    ///
+    /// # Errors
+    /// [`Error::NoDriver`] without a driver, [`Error::NoDevice`], [`Error::InvalidDevice`] for an
+    /// ordinal out of range, driver errors retaining the primary context.
     pub fn new(ordinal: usize) -> Result<Device> {
         let reg = registry()?;
         let slot = reg.get(ordinal).ok_or(Error::InvalidDevice { ordinal, count: reg.len() })?;
@@ -100,6 +104,9 @@ impl Device {
 
     /// Makes this device's primary context current on the calling thread if it is not already.
     /// Every operation of this crate calls it; users never need to.
+    ///
+    /// # Errors
+    /// Driver errors reading or setting the thread's current context.
     #[inline]
     pub fn bind(&self) -> Result<()> {
         // The context this crate last made current on this thread: when it is ours, no driver call
@@ -122,6 +129,9 @@ impl Device {
     }
 
     /// Reads any device attribute.
+    ///
+    /// # Errors
+    /// Driver errors (e.g. an attribute this driver does not know).
     pub fn attribute(&self, attr: DeviceAttribute) -> Result<i32> {
         let mut v = 0;
         check(
@@ -133,6 +143,9 @@ impl Device {
     }
 
     /// Compute capability as `(major, minor)`, e.g. `(9, 0)` for the H100.
+    ///
+    /// # Errors
+    /// Driver errors reading the attributes.
     pub fn compute_capability(&self) -> Result<(u32, u32)> {
         use DeviceAttribute::*;
         Ok((
@@ -142,11 +155,17 @@ impl Device {
     }
 
     /// Number of streaming multiprocessors.
+    ///
+    /// # Errors
+    /// Driver errors reading the attribute.
     pub fn multiprocessor_count(&self) -> Result<u32> {
         Ok(self.attribute(DeviceAttribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32)
     }
 
     /// Total device memory in bytes.
+    ///
+    /// # Errors
+    /// Driver errors.
     pub fn total_memory(&self) -> Result<usize> {
         let mut bytes = 0;
         check(
@@ -158,6 +177,9 @@ impl Device {
     }
 
     /// `(free, total)` device memory in bytes, as the driver sees it now.
+    ///
+    /// # Errors
+    /// Driver errors.
     pub fn memory_info(&self) -> Result<(usize, usize)> {
         self.bind()?;
         let (mut free, mut total) = (0, 0);
@@ -167,6 +189,10 @@ impl Device {
     }
 
     /// Waits until all work on every stream of this device has finished.
+    ///
+    /// # Errors
+    /// [`Error::Capture`] while any capture is open in the process (a device-wide wait would
+    /// invalidate it); driver errors of queued work (e.g. a kernel fault).
     pub fn synchronize(&self) -> Result<()> {
         if crate::capture::any_active() {
             // A device-wide synchronisation would wait on (and invalidate) the open capture.
@@ -178,6 +204,9 @@ impl Device {
     }
 
     /// The `--gpu-architecture` value NVRTC should compile for, e.g. `sm_90`.
+    ///
+    /// # Errors
+    /// Driver errors reading the compute capability.
     pub fn sm_arch(&self) -> Result<String> {
         let (major, minor) = self.compute_capability()?;
         Ok(format!("sm_{major}{minor}"))

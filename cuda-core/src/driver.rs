@@ -32,6 +32,10 @@ pub(crate) fn init() -> Result<()> {
 /// The number of CUDA devices. An error if the driver is missing or fails to initialise; `Ok(0)`
 /// is never returned by the driver in practice (it reports `CUDA_ERROR_NO_DEVICE` from `cuInit`),
 /// but callers should treat it as "no GPU" too.
+///
+/// # Errors
+/// [`Error::NoDriver`] without a driver; [`Error::NoDevice`] when the driver reports none; driver
+/// errors of `cuInit`.
 pub fn device_count() -> Result<usize> {
     init().map_err(no_device)?;
     let mut n = 0;
@@ -52,6 +56,9 @@ fn no_device(e: Error) -> Error {
 
 /// The CUDA version the installed driver supports, as `(major, minor)`, e.g. `(13, 0)` for
 /// driver 580.
+///
+/// # Errors
+/// [`Error::NoDriver`] without a driver; driver errors.
 pub fn driver_version() -> Result<(u32, u32)> {
     init()?;
     let mut v = 0;
@@ -80,6 +87,9 @@ pub fn relax_thread_capture_mode() {
 
 /// Whether a usable GPU is present: the driver loads, initialises, and reports at least one
 /// device. Returns the device count or the reason there is none.
+///
+/// # Errors
+/// The reason there is no usable GPU: [`Error::NoDriver`], [`Error::NoDevice`] or a driver error.
 pub fn gpu_available() -> Result<usize> {
     match device_count() {
         Ok(0) => Err(Error::NoDevice { reason: "the driver reports 0 devices".into() }),

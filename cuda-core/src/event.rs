@@ -77,6 +77,9 @@ impl Drop for Event {
 impl Event {
     /// Creates an event on `device`. With `timing == false` the event is cheaper to record and
     /// wait on (`CU_EVENT_DISABLE_TIMING`) but [`Event::elapsed_ms`] is an error.
+    ///
+    /// # Errors
+    /// Driver errors creating the event.
     pub fn new(device: &Device, timing: bool) -> Result<Event> {
         device.bind()?;
         let flags = if timing {
@@ -92,6 +95,9 @@ impl Event {
 
     /// An untimed event from `device`'s pool (created if the pool is empty). Cheaper than
     /// [`Event::new`] when events are needed per operation.
+    ///
+    /// # Errors
+    /// Driver errors creating an event when the pool is empty.
     pub fn pooled(device: &Device) -> Result<PooledEvent> {
         let reused = device.inner().event_pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let event = match reused {
@@ -198,6 +204,10 @@ impl Event {
     }
 
     /// Milliseconds between `start` and `end`, both timing events that have completed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] unless both events time; [`Error::Capture`] for an event recorded
+    /// inside a capture; driver errors (e.g. an event not yet complete).
     pub fn elapsed_ms(start: &Event, end: &Event) -> Result<f32> {
         if !start.timing || !end.timing {
             return Err(Error::InvalidArgument(

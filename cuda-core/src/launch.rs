@@ -149,6 +149,11 @@ impl Function {
     /// buffers, no out-of-range indices. Device memory passed other than as a `DeviceBuffer` (raw
     /// addresses) must stay valid for the launch and, if captured, for every replay. The typed
     /// launchers of the `kernels` crate uphold this.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] for a stream or buffer of another device; [`Error::Capture`] if
+    /// another thread is capturing `stream` or a buffer's home stream is being captured; driver
+    /// errors (e.g. a configuration the driver rejects).
     pub unsafe fn launch<A: KernelArgs>(&self, stream: &Stream, cfg: LaunchConfig, args: A) -> Result<()> {
         if stream.device() != self.device() {
             return Err(Error::DeviceMismatch {

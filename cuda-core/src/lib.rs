@@ -13,6 +13,33 @@
 //! machine with no driver every entry point returns [`Error::NoDriver`]. All raw driver calls of the
 //! workspace live in this crate. No function panics on a driver failure: each returns [`Error`].
 
+//! ```no_run
+//! # fn main() -> cuda_core::Result<()> {
+//! use cuda_core::{Device, DeviceBuffer, Event, LaunchConfig, Stream};
+//! let dev = Device::new(0)?;
+//! let s = Stream::new(&dev)?;
+//! let x = DeviceBuffer::from_host(&s, &[1.0f32, 2.0, 3.0])?;
+//! let mut y = DeviceBuffer::<f32>::zeros(&s, 3)?;
+//! let m = dev.compile_module(
+//!     "scale.cu",
+//!     r#"extern "C" __global__ void scale(float* y, const float* x, unsigned n) {
+//!         unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+//!         if (i < n) y[i] = 2.0f * x[i];
+//!     }"#,
+//!     &[],
+//! )?;
+//! let f = m.function("scale")?;
+//! let (start, end) = (Event::new(&dev, true)?, Event::new(&dev, true)?);
+//! start.record(&s)?;
+//! // SAFETY: the arguments match `scale(float*, const float*, unsigned)`; the kernel touches
+//! // y[0..3] and x[0..3] only.
+//! unsafe { f.launch(&s, LaunchConfig::for_elements(3, 128), (&mut y, &x, 3u32))? };
+//! end.record(&s)?;
+//! assert_eq!(y.to_vec()?, vec![2.0, 4.0, 6.0]); // ordered after the launch
+//! println!("{} ms", Event::elapsed_ms(&start, &end)?);
+//! # Ok(()) }
+//! ```
+
 #![warn(missing_docs)]
 
 mod capture;

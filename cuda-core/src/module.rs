@@ -48,6 +48,10 @@ impl std::fmt::Debug for CudaModule {
 
 impl CudaModule {
     /// Loads a module from PTX text.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for PTX with a NUL byte; driver errors (e.g. PTX for a newer
+    /// architecture).
     pub fn from_ptx(device: &Device, ptx: &str) -> Result<CudaModule> {
         let c =
             CString::new(ptx).map_err(|_| Error::InvalidArgument("PTX text contains a NUL byte".into()))?;
@@ -55,6 +59,10 @@ impl CudaModule {
     }
 
     /// Loads a module from a CUBIN (or fatbin) image.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty image; driver errors (e.g. an image for another
+    /// architecture).
     pub fn from_cubin(device: &Device, image: &[u8]) -> Result<CudaModule> {
         if image.is_empty() {
             return Err(Error::InvalidArgument("empty CUBIN image".into()));
@@ -79,6 +87,10 @@ impl CudaModule {
     }
 
     /// Looks up a kernel by its (`extern "C"`) name.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a name with a NUL byte; driver errors (`CUDA_ERROR_NOT_FOUND`
+    /// for a missing kernel).
     pub fn function(&self, name: &str) -> Result<Function> {
         let c = CString::new(name)
             .map_err(|_| Error::InvalidArgument("kernel name contains a NUL byte".into()))?;
@@ -129,6 +141,9 @@ impl Function {
     }
 
     /// Reads a function attribute (e.g. `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`).
+    ///
+    /// # Errors
+    /// Driver errors.
     pub fn attribute(&self, attr: FunctionAttribute) -> Result<i32> {
         let mut v = 0;
         // SAFETY: valid out-pointer and function.

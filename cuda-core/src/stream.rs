@@ -71,6 +71,9 @@ impl Eq for Stream {}
 impl Device {
     /// The range of stream priorities `(least, greatest)`; numerically lower is higher priority
     /// (e.g. `(0, -5)`).
+    ///
+    /// # Errors
+    /// Driver errors.
     pub fn stream_priority_range(&self) -> Result<(i32, i32)> {
         self.bind()?;
         let (mut least, mut greatest) = (0, 0);
@@ -83,6 +86,9 @@ impl Device {
     }
 
     /// Creates a new non-blocking stream with the default priority.
+    ///
+    /// # Errors
+    /// As for [`Stream::new`].
     pub fn new_stream(&self) -> Result<Stream> {
         Stream::new(self)
     }
@@ -90,12 +96,19 @@ impl Device {
 
 impl Stream {
     /// Creates a non-blocking stream with the default priority.
+    ///
+    /// # Errors
+    /// Driver errors creating the stream.
     pub fn new(device: &Device) -> Result<Stream> {
         Self::with_priority(device, 0)
     }
 
     /// Creates a non-blocking stream with `priority`, which must lie in
     /// [`Device::stream_priority_range`] (an error otherwise, rather than the driver's silent clamp).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a priority outside [`Device::stream_priority_range`]; driver
+    /// errors.
     pub fn with_priority(device: &Device, priority: i32) -> Result<Stream> {
         device.bind()?;
         if priority != 0 {
@@ -275,6 +288,9 @@ impl Stream {
     /// deadlock or fail), neither when it runs nor when it and what it captured are dropped (also
     /// on the driver's thread: do not capture buffers, streams or events), and must not block for
     /// long, since it stalls the stream.
+    ///
+    /// # Errors
+    /// [`Error::Capture`] on a capturing stream; driver errors.
     pub unsafe fn launch_host_fn<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<()> {
         /// # Safety
         /// `data` must be a `Box<F>` leaked by `launch_host_fn` and handed to the driver once; the
@@ -310,6 +326,9 @@ impl Stream {
     /// # Safety
     /// As for [`Stream::launch_host_fn`]: `f` must not call CUDA and must return quickly.
     /// [`StreamStatus::into_result`] calls CUDA, so call it outside the callback.
+    ///
+    /// # Errors
+    /// [`Error::Capture`] on a capturing stream; driver errors.
     pub unsafe fn add_callback<F: FnOnce(StreamStatus) + Send + 'static>(&self, f: F) -> Result<()> {
         /// # Safety
         /// `data` must be a `Box<F>` leaked by `add_callback` and handed to the driver once; the
@@ -356,6 +375,9 @@ impl StreamStatus {
 
     /// The status as a `Result` naming `during`. Calls into the driver for the error's name, so
     /// never call it from inside the callback itself.
+    ///
+    /// # Errors
+    /// The driver error of the status, naming `during`.
     pub fn into_result(self, during: &'static str) -> Result<()> {
         crate::error::check(self.0, during)
     }

@@ -220,6 +220,9 @@ impl Graph {
     }
 
     /// All nodes of the graph (top level; conditional bodies and child graphs not expanded).
+    ///
+    /// # Errors
+    /// Driver errors listing the nodes.
     pub fn nodes(&self) -> Result<Vec<Node>> {
         let mut n = self.node_count()?;
         let _g = self.guard();
@@ -231,6 +234,9 @@ impl Graph {
     }
 
     /// The type of each top-level node, in [`Graph::nodes`] order.
+    ///
+    /// # Errors
+    /// Driver errors listing the nodes or reading their types.
     pub fn node_types(&self) -> Result<Vec<NodeType>> {
         self.nodes()?.iter().map(node_type).collect()
     }
@@ -358,6 +364,9 @@ impl<'g> GraphBody<'g> {
     }
 
     /// An empty node: a barrier joining `deps`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a dependency of another graph or body; driver errors.
     pub fn add_empty(&mut self, deps: &[Node]) -> Result<Node> {
         let g = self.raw;
         // SAFETY: live graph; `deps` are nodes of it (checked); valid out-pointer.
@@ -482,6 +491,9 @@ impl<'g> GraphBody<'g> {
     /// unsafe { graph.builder().add_host(move || { h.fetch_add(1, Ordering::Relaxed); }, &[])? };
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Errors
+    /// As for [`GraphBody::add_empty`].
     pub unsafe fn add_host<F: Fn() + Send + Sync + 'static>(&mut self, f: F, deps: &[Node]) -> Result<Node> {
         /// # Safety
         /// `data` must point to an `F` that is alive for the duration of the call (the graph's
@@ -504,6 +516,10 @@ impl<'g> GraphBody<'g> {
 
     /// Embeds a copy of `child` (e.g. a captured graph) as one node. The child's buffers, closures
     /// and events are kept alive by this graph too.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] for a child of another device; errors of the implicit ordering; as
+    /// for [`GraphBody::add_empty`].
     pub fn add_child(&mut self, child: &Graph, deps: &[Node]) -> Result<Node> {
         self.check_device(&child.device)?;
         self.keep.merge(&child.keep);
@@ -519,6 +535,9 @@ impl<'g> GraphBody<'g> {
     /// Adds the work of `graph` (typically captured from one op): as a kernel node when it consists
     /// of exactly one kernel node (its parameters are copied), otherwise as a child-graph node. Its
     /// buffers, closures and events are kept alive by this graph.
+    ///
+    /// # Errors
+    /// As for [`GraphBody::add_child`].
     pub fn add_captured(&mut self, graph: &Graph, deps: &[Node]) -> Result<Node> {
         self.check_device(&graph.device)?;
         let nodes = graph.nodes()?;
@@ -545,6 +564,9 @@ impl<'g> GraphBody<'g> {
     }
 
     /// Records `event` when the node is reached (the event is kept alive by the graph).
+    ///
+    /// # Errors
+    /// As for [`GraphBody::add_empty`].
     pub fn add_event_record(&mut self, event: &Arc<Event>, deps: &[Node]) -> Result<Node> {
         self.keep.add_extra(event.clone());
         let (g, e) = (self.raw, event.raw());
@@ -555,6 +577,9 @@ impl<'g> GraphBody<'g> {
     }
 
     /// Waits for `event` before the node's dependents run (the event is kept alive by the graph).
+    ///
+    /// # Errors
+    /// As for [`GraphBody::add_empty`].
     pub fn add_event_wait(&mut self, event: &Arc<Event>, deps: &[Node]) -> Result<Node> {
         self.keep.add_extra(event.clone());
         let (g, e) = (self.raw, event.raw());
@@ -601,6 +626,9 @@ impl<'g> GraphBody<'g> {
 
     /// Allocates `bytes` of graph-owned device memory when the node runs (a mem-alloc node). Free
     /// it with [`GraphBody::add_mem_free`] in the same graph.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for zero bytes; as for [`GraphBody::add_empty`].
     pub fn add_mem_alloc(&mut self, bytes: usize, deps: &[Node]) -> Result<(Node, GraphMem)> {
         if bytes == 0 {
             return Err(Error::InvalidArgument("a mem-alloc node needs at least one byte".into()));
@@ -619,6 +647,10 @@ impl<'g> GraphBody<'g> {
     }
 
     /// Frees graph-owned memory (a mem-free node).
+    ///
+    /// # Errors
+    /// Driver errors (memory not allocated by a node of this graph); as for
+    /// [`GraphBody::add_empty`].
     pub fn add_mem_free(&mut self, mem: GraphMem, deps: &[Node]) -> Result<Node> {
         let g = self.raw;
         // SAFETY: live graph; the driver validates that `mem` was allocated by a node of this graph.
@@ -628,6 +660,10 @@ impl<'g> GraphBody<'g> {
     }
 
     /// Adds edges: each `to[i]` depends on `from[i]`.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] for lists of different lengths; [`Error::InvalidArgument`] for
+    /// nodes of another graph or body; driver errors (e.g. an edge that would close a cycle).
     pub fn add_dependencies(&mut self, from: &[Node], to: &[Node]) -> Result<()> {
         if from.len() != to.len() {
             return Err(Error::LengthMismatch {

@@ -75,6 +75,9 @@ impl<'g> GraphBody<'g> {
     /// Creates a conditional handle for a node of this graph (or body). `default` sets the value
     /// the condition takes at the start of every replay (`None`: left as the last replay set it,
     /// initially 0).
+    ///
+    /// # Errors
+    /// Driver errors; an error on drivers older than CUDA 12.4.
     pub fn conditional(&mut self, default: Option<bool>) -> Result<Conditional> {
         require_driver()?;
         self.device.bind()?;

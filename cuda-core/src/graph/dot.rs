@@ -9,6 +9,10 @@ use std::path::Path;
 impl Graph {
     /// Writes the graph in Graphviz DOT format to `path` (`cuGraphDebugDotPrint`). With `verbose`,
     /// every node's parameters are included (`CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a path with a NUL byte; driver errors (e.g. the file cannot
+    /// be written).
     pub fn write_dot(&self, path: &Path, verbose: bool) -> Result<()> {
         let c = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| Error::InvalidArgument("path contains a NUL byte".into()))?;

@@ -6,6 +6,9 @@ use cudarc::driver::sys;
 
 impl crate::Device {
     /// Usage of the device's graph memory pool (memory of mem-alloc nodes), in bytes.
+    ///
+    /// # Errors
+    /// Driver errors reading the attributes.
     pub fn graph_mem_stats(&self) -> Result<crate::PoolStats> {
         use sys::CUgraphMem_attribute::*;
         let get = |attr| -> Result<u64> {
@@ -29,6 +32,9 @@ impl crate::Device {
     }
 
     /// Resets the high-water marks of the graph memory pool.
+    ///
+    /// # Errors
+    /// Driver errors.
     pub fn reset_graph_mem_high(&self) -> Result<()> {
         use sys::CUgraphMem_attribute::*;
         self.bind()?;
@@ -46,6 +52,9 @@ impl crate::Device {
     }
 
     /// Returns unused graph memory to the OS (`cuDeviceGraphMemTrim`).
+    ///
+    /// # Errors
+    /// Driver errors.
     pub fn graph_mem_trim(&self) -> Result<()> {
         self.bind()?;
         // SAFETY: valid device.

@@ -97,6 +97,9 @@ impl KernelNode {
     ///
     /// # Safety
     /// The graph the node belongs to must be alive.
+    ///
+    /// # Errors
+    /// Driver errors reading the node.
     pub unsafe fn launches(&self, function: &crate::Function) -> Result<bool> {
         let mut params: sys::CUDA_KERNEL_NODE_PARAMS = crate::zeroed::Zeroable::zeroed();
         check(
@@ -154,6 +157,9 @@ impl Graph {
     }
 
     /// Creates an empty graph.
+    ///
+    /// # Errors
+    /// Driver errors creating the graph.
     pub fn new(device: &Device) -> Result<Graph> {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
@@ -190,6 +196,9 @@ impl Graph {
     }
 
     /// Number of nodes.
+    ///
+    /// # Errors
+    /// Driver errors.
     pub fn node_count(&self) -> Result<usize> {
         let _g = self.guard();
         let mut n = 0usize;
@@ -203,6 +212,10 @@ impl Graph {
 
     /// Instantiates an executable graph. With [`InstantiateFlags::UPLOAD`], use
     /// [`Graph::instantiate_and_upload`] instead (the driver needs a stream for it).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for [`InstantiateFlags::UPLOAD`] (use `instantiate_and_upload`);
+    /// driver errors (e.g. an invalid graph).
     pub fn instantiate(&self, flags: InstantiateFlags) -> Result<GraphExec> {
         if flags.0 & InstantiateFlags::UPLOAD.0 != 0 {
             return Err(Error::InvalidArgument(
@@ -222,6 +235,9 @@ impl Graph {
     }
 
     /// Instantiates and uploads to the device on `stream`, so the first launch pays no upload.
+    ///
+    /// # Errors
+    /// As for [`Graph::instantiate`] and [`GraphExec::upload`].
     pub fn instantiate_and_upload(&self, flags: InstantiateFlags, stream: &Stream) -> Result<GraphExec> {
         let exec = self.instantiate(InstantiateFlags(flags.0 & !InstantiateFlags::UPLOAD.0))?;
         exec.upload(stream)?;
@@ -390,6 +406,9 @@ impl GraphExec {
     /// Updates this executable graph in place to the parameters of `graph`, which must have the
     /// same topology (`cuGraphExecUpdate`). On success the executable graph keeps `graph`'s
     /// allocations instead (replays already queued still hold theirs through the stream order).
+    ///
+    /// # Errors
+    /// Driver errors other than the refusal, which is `Ok(ExecUpdate::Refused { .. })`.
     pub fn update(&mut self, graph: &Graph) -> Result<ExecUpdate> {
         self.device.bind()?;
         let mut info: sys::CUgraphExecUpdateResultInfo = crate::zeroed::Zeroable::zeroed();
@@ -497,6 +516,9 @@ impl KernelNode {
     ///
     /// # Safety
     /// The graph the node belongs to must be alive.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a node without a parameter array; driver errors.
     pub unsafe fn read_params(&self) -> Result<KernelNodeParams> {
         let mut raw: sys::CUDA_KERNEL_NODE_PARAMS = crate::zeroed::Zeroable::zeroed();
         check(

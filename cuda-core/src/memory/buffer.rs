@@ -56,6 +56,10 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// # Safety
     /// The contents are indeterminate until written; reading them back yields arbitrary (but valid,
     /// see [`DeviceRepr`]) values. Marked unsafe so that uninitialised reads are a visible choice.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the size overflows; [`Error::Capture`] on a capturing stream;
+    /// driver errors (e.g. out of memory).
     pub unsafe fn uninit(stream: &Stream, len: usize) -> Result<Self> {
         Self::alloc_impl(stream, len, None)
     }
@@ -64,6 +68,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     ///
     /// # Safety
     /// As for [`DeviceBuffer::uninit`].
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] for a pool of another device; as for [`DeviceBuffer::uninit`].
     pub unsafe fn uninit_in(pool: &MemPool, stream: &Stream, len: usize) -> Result<Self> {
         if pool.device() != stream.device() {
             return Err(Error::DeviceMismatch {
@@ -100,6 +107,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     }
 
     /// Allocates `len` zeroed elements on `stream`.
+    ///
+    /// # Errors
+    /// As for [`DeviceBuffer::uninit`] and [`DeviceBuffer::memset_zero`].
     pub fn zeros(stream: &Stream, len: usize) -> Result<Self> {
         // SAFETY: every byte is written by the memset queued right after on the same stream.
         let mut buf = unsafe { Self::uninit(stream, len)? };
@@ -109,6 +119,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     /// Allocates and fills with `value` (for element sizes 1, 2, 4 and 8 bytes; others are an
     /// [`Error::InvalidArgument`]).
+    ///
+    /// # Errors
+    /// As for [`DeviceBuffer::uninit`] and [`DeviceBuffer::fill`].
     pub fn filled(stream: &Stream, len: usize, value: T) -> Result<Self> {
         // SAFETY: every element is written by the fill queued right after on the same stream.
         let mut buf = unsafe { Self::uninit(stream, len)? };
@@ -118,6 +131,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     /// Allocates on `stream` and copies `data` into it. Returns once `data` has been staged, so
     /// the slice may be changed or dropped right away.
+    ///
+    /// # Errors
+    /// As for [`DeviceBuffer::uninit`] and [`DeviceBuffer::copy_from_host`].
     pub fn from_host(stream: &Stream, data: &[T]) -> Result<Self> {
         // SAFETY: every element is written by the copy queued right after on the same stream.
         let mut buf = unsafe { Self::uninit(stream, data.len())? };
@@ -194,6 +210,10 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     /// Queues a copy of `data` into the buffer on `stream`. Returns once `data` has been staged by
     /// the driver (pageable memory), so `data` may be reused immediately. Lengths must match.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`], [`Error::DeviceMismatch`]; [`Error::Capture`] on a capturing
+    /// stream (a pageable copy cannot be recorded) or another thread's capture; driver errors.
     pub fn copy_from_host(&mut self, stream: &Stream, data: &[T]) -> Result<()> {
         self.check_len(data.len(), "copying host to device")?;
         self.check_device(stream, "copying host to device")?;
@@ -214,6 +234,10 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     /// Copies the buffer into `out`, blocking until the copy (and all earlier work on `stream`)
     /// is complete. Lengths must match.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`], [`Error::DeviceMismatch`]; [`Error::Capture`] on a capturing
+    /// stream; driver errors, including faults of earlier work reported by the wait.
     pub fn copy_to_host(&self, stream: &Stream, out: &mut [T]) -> Result<()> {
         self.check_len(out.len(), "copying device to host")?;
         // SAFETY: `out` is a live exclusive slice of exactly `len` elements.
@@ -243,6 +267,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     }
 
     /// Copies the whole buffer to a new `Vec`, blocking, ordered on the home stream.
+    ///
+    /// # Errors
+    /// As for [`DeviceBuffer::copy_to_host`].
     pub fn to_vec(&self) -> Result<Vec<T>> {
         let mut out = Vec::with_capacity(self.len);
         // SAFETY: the spare capacity holds `len` elements; the copy writes all of them before we
@@ -255,6 +282,10 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     }
 
     /// Queues a device-to-device copy of `src` into `self` on `stream`. Lengths must match.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`], [`Error::DeviceMismatch`]; [`Error::Capture`] (another thread's
+    /// capture, or a home stream captured from here); driver errors.
     pub fn copy_from_device(&mut self, stream: &Stream, src: &DeviceBuffer<T>) -> Result<()> {
         self.check_len(src.len, "copying device to device")?;
         self.check_device(stream, "copying device to device")?;
@@ -273,6 +304,10 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     }
 
     /// Queues zeroing of every byte on `stream`.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`]; [`Error::Capture`] as for [`DeviceBuffer::copy_from_device`];
+    /// driver errors.
     pub fn memset_zero(&mut self, stream: &Stream) -> Result<()> {
         self.check_device(stream, "memset")?;
         if self.len == 0 {
@@ -287,6 +322,10 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     }
 
     /// Queues setting every element to `value` on `stream`. Element sizes of 1, 2, 4 or 8 bytes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for element sizes other than 1, 2, 4 and 8 bytes; as for
+    /// [`DeviceBuffer::memset_zero`].
     pub fn fill(&mut self, stream: &Stream, value: T) -> Result<()> {
         self.check_device(stream, "fill")?;
         if self.len == 0 {

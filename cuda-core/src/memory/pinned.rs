@@ -33,6 +33,10 @@ unsafe impl<T: DeviceRepr> Sync for PinnedBuffer<T> {}
 
 impl<T: DeviceRepr> PinnedBuffer<T> {
     /// Allocates page-locked memory for `len` elements, filled with `value`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the size overflows; driver errors (e.g. out of page-locked
+    /// memory).
     pub fn new(device: &Device, len: usize, value: T) -> Result<Self> {
         let bytes = len
             .checked_mul(size_of::<T>())
@@ -57,6 +61,9 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
     }
 
     /// Allocates page-locked memory holding a copy of `data`.
+    ///
+    /// # Errors
+    /// As for [`PinnedBuffer::new`].
     pub fn from_slice(device: &Device, data: &[T]) -> Result<Self> {
         let Some(&first) = data.first() else {
             return Self::new(device, 0, unsafe_zero());
@@ -84,6 +91,10 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
     }
 
     /// The contents, after waiting for any transfer still in flight.
+    ///
+    /// # Errors
+    /// Errors of the transfer waited for (a fault of the copy, or [`Error::Capture`] for a transfer
+    /// recorded in a capture).
     pub fn as_slice(&self) -> Result<&[T]> {
         self.wait()?;
         // SAFETY: `ptr` holds `len` initialised elements and no transfer is in flight.
@@ -91,6 +102,9 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
     }
 
     /// The contents, mutable, after waiting for any transfer still in flight.
+    ///
+    /// # Errors
+    /// As for [`PinnedBuffer::as_slice`].
     pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
         self.wait()?;
         self.pending = None;
@@ -99,6 +113,10 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
     }
 
     /// Queues an asynchronous copy of this buffer into `dst` on `stream` and returns at once.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`]; [`Error::Capture`] on a capturing stream; errors of the previous
+    /// transfer; driver errors.
     pub fn copy_to_device_async(&mut self, stream: &Stream, dst: &mut DeviceBuffer<T>) -> Result<()> {
         let (d, bytes) = (dst.device_ptr(), dst.size_bytes());
         self.transfer(stream, dst, Access::Write, "async copy pinned host to device", |host, s| {
@@ -110,6 +128,9 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
 
     /// Queues an asynchronous copy of `src` into this buffer on `stream` and returns at once.
     /// The data is visible through [`PinnedBuffer::as_slice`], which waits for the copy.
+    ///
+    /// # Errors
+    /// As for [`PinnedBuffer::copy_to_device_async`].
     pub fn copy_from_device_async(&mut self, stream: &Stream, src: &DeviceBuffer<T>) -> Result<()> {
         let (d, bytes) = (src.device_ptr(), src.size_bytes());
         self.transfer(stream, src, Access::Read, "async copy device to pinned host", |host, s| {

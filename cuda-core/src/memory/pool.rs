@@ -55,6 +55,9 @@ pub struct PoolStats {
 
 impl MemPool {
     /// Creates a new pool of device memory on `device`.
+    ///
+    /// # Errors
+    /// Driver errors creating the pool.
     pub fn new(device: &Device) -> Result<MemPool> {
         device.bind()?;
         let mut props: sys::CUmemPoolProps = crate::zeroed::Zeroable::zeroed();
@@ -69,6 +72,9 @@ impl MemPool {
     }
 
     /// The device's default pool (the one plain allocations use). Not destroyed on drop.
+    ///
+    /// # Errors
+    /// Driver errors.
     pub fn device_default(device: &Device) -> Result<MemPool> {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
@@ -109,18 +115,27 @@ impl MemPool {
 
     /// Memory the pool may keep cached (not returned to the device) at a synchronize.
     /// `u64::MAX` keeps everything, which makes stream-ordered allocation nearly free.
+    ///
+    /// # Errors
+    /// Driver errors.
     pub fn set_release_threshold(&self, bytes: u64) -> Result<()> {
         use sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD as A;
         self.set_u64(A, bytes, "setting a pool's release threshold")
     }
 
     /// The current release threshold in bytes.
+    ///
+    /// # Errors
+    /// Driver errors.
     pub fn release_threshold(&self) -> Result<u64> {
         self.get_u64(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
     }
 
     /// Returns cached memory to the device until at most `keep_bytes` stay reserved (memory in
     /// use is never released).
+    ///
+    /// # Errors
+    /// Driver errors.
     pub fn trim_to(&self, keep_bytes: usize) -> Result<()> {
         self.inner.device.bind()?;
         // SAFETY: live pool.
@@ -128,6 +143,9 @@ impl MemPool {
     }
 
     /// Used and reserved bytes, current and high-water marks.
+    ///
+    /// # Errors
+    /// Driver errors reading the attributes.
     pub fn stats(&self) -> Result<PoolStats> {
         use sys::CUmemPool_attribute::*;
         Ok(PoolStats {
@@ -139,6 +157,9 @@ impl MemPool {
     }
 
     /// Resets both high-water marks to the current values.
+    ///
+    /// # Errors
+    /// Driver errors.
     pub fn reset_high_water_marks(&self) -> Result<()> {
         use sys::CUmemPool_attribute::*;
         self.set_u64(CU_MEMPOOL_ATTR_USED_MEM_HIGH, 0, "resetting a pool's high-water mark")?;

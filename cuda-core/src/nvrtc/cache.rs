@@ -85,6 +85,9 @@ impl KernelCache {
     }
 
     /// The disk file that holds (or would hold) this compilation, for inspection and tests.
+    ///
+    /// # Errors
+    /// I/O errors creating the cache folder; driver errors reading the device's architecture.
     pub fn entry_file(&self, device: &Device, source: &str, options: &[String]) -> Result<Option<PathBuf>> {
         Ok(self.entry_path(&key(source, options, &device.sm_arch()?)?))
     }

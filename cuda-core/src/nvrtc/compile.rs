@@ -35,6 +35,9 @@ pub(crate) fn nvrtc_loaded() -> Result<()> {
 }
 
 /// NVRTC's version as `(major, minor)`.
+///
+/// # Errors
+/// [`Error::NvrtcMissing`] without `libnvrtc.so`; NVRTC errors.
 pub fn nvrtc_version() -> Result<(i32, i32)> {
     nvrtc_loaded()?;
     let (mut major, mut minor) = (0, 0);
@@ -71,6 +74,10 @@ impl Program {
 
 /// Compiles `source` (named `program` in diagnostics) to a CUBIN for `arch` (e.g. `sm_90`) with
 /// extra NVRTC `options`. A compile error is [`Error::Compile`] carrying NVRTC's log.
+///
+/// # Errors
+/// [`Error::NvrtcMissing`]; [`Error::Compile`] with NVRTC's log; [`Error::InvalidArgument`] for a
+/// source or name with a NUL byte; NVRTC errors.
 pub fn compile_cubin(program: &str, source: &str, arch: &str, options: &[String]) -> Result<Vec<u8>> {
     nvrtc_loaded()?;
     let bad = |what: &str| Error::InvalidArgument(format!("{what} contains a NUL byte"));

@@ -16,6 +16,9 @@ use crate::module::CudaModule;
 
 impl Device {
     /// Compiles `source` for this device through the global [`KernelCache`] and loads it.
+    ///
+    /// # Errors
+    /// As for [`crate::nvrtc::compile_cubin`] and [`CudaModule::from_cubin`].
     pub fn compile_module(&self, program: &str, source: &str, options: &[String]) -> Result<CudaModule> {
         let compiled = KernelCache::global().compile(self, program, source, options)?;
         CudaModule::from_cubin(self, &compiled.image)

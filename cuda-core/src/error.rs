@@ -84,6 +84,24 @@ pub enum Error {
     /// before the driver sees it, so the capture and the context stay usable.
     #[error("not allowed during stream capture: {0}")]
     Capture(&'static str),
+    /// A CUDA library other than the driver and NVRTC (e.g. `libcublas.so`) could not be loaded.
+    #[error("{library} could not be loaded; install it (CUDA toolkit or the matching `nvidia-*` wheel) and put its lib folder on LD_LIBRARY_PATH (searched: {searched})")]
+    LibraryMissing {
+        /// The library that was looked for.
+        library: &'static str,
+        /// The file names that were tried.
+        searched: String,
+    },
+    /// A call into a CUDA library other than the driver (cuBLAS, ...) failed.
+    #[error("{library} error {status} while {during}")]
+    Library {
+        /// The library, e.g. `cuBLAS`.
+        library: &'static str,
+        /// The library's status name, e.g. `CUBLAS_STATUS_NOT_SUPPORTED`.
+        status: String,
+        /// What was being done.
+        during: &'static str,
+    },
     /// Two objects that must live on the same device do not.
     #[error("device mismatch while {during}: device {expected} vs device {actual}")]
     DeviceMismatch {

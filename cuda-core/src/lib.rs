@@ -42,6 +42,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "cublas")]
+pub mod blas;
 mod capture;
 pub mod device;
 pub mod driver;

@@ -11,6 +11,7 @@
 
 use cuda_core::{Device, DeviceBuffer, DeviceRepr, Error, Function, LaunchConfig, PerDevice, Result, Stream};
 
+pub mod llama;
 pub mod ops;
 
 /// CUDA C source of the elementwise kernels.

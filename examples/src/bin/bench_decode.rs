@@ -1,0 +1,175 @@
+//! bench-decode: Llama decode latency per token, this project's graph replays vs PyTorch.
+//!
+//! The Llama-3.2-1B shape with random bf16 weights (or `--small`). For each batch size: fill
+//! `--context` positions of `batch` sequences, then time `--steps` decode steps (each returns the
+//! batch's greedy tokens to the host), `--reps` times; the median ms/step is the latency of a
+//! served token. Reported beside it: eager launches of the same step, capture time and memory per
+//! bucket, the share of the HBM bandwidth floor (weights + KV bytes read per step / 3.35 TB/s),
+//! and at batch 1 the step awaited from tokio vs the blocking step. With Python and torch present,
+//! `scripts/torch_decode_bench.py` runs the same model in PyTorch eager, with a CUDA graph and with
+//! `torch.compile(mode="reduce-overhead")` in the same process tree, and its figures join the JSON.
+//!
+//! Correctness (detects skipped work): graph and eager steps fed the same history choose the
+//! same tokens, and every timed step's tokens are valid ids.
+
+use anyhow::{ensure, Context, Result};
+use clap::Parser;
+use cuda_core::Device;
+use models::llama::{DeviceWeights, LlamaConfig, LlamaModel, ModelOptions, Row};
+use serde_json::json;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(about = "Llama decode ms/token: graph replays vs eager vs PyTorch")]
+struct Args {
+    #[arg(long)]
+    json: Option<String>,
+    #[arg(long, default_value = "1,16,64", value_delimiter = ',')]
+    batches: Vec<usize>,
+    #[arg(long, default_value_t = 128)]
+    context: usize,
+    #[arg(long, default_value_t = 64)]
+    steps: usize,
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// The small test shape instead of Llama-3.2-1B.
+    #[arg(long)]
+    small: bool,
+    /// Skip the PyTorch baselines.
+    #[arg(long)]
+    no_torch: bool,
+    /// PyTorch modes to run.
+    #[arg(long, default_value = "eager,cudagraph,compile")]
+    torch_modes: String,
+    #[arg(long, default_value = "python3")]
+    python: String,
+}
+
+const HBM_BYTES_PER_S: f64 = 3.35e12;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Fills slots `0..batch` with `context` positions, then times `reps` runs of `steps` steps;
+/// returns the median ms/step. `mode`: 0 graph, 1 eager, 2 awaited graph.
+fn decode(m: &mut LlamaModel, rt: &tokio::runtime::Runtime, batch: usize, context: usize, steps: usize, reps: usize, mode: u8) -> Result<f64> {
+    let vocab = m.config().vocab as u32;
+    for s in 0..batch as u32 {
+        m.release_slot(s)?;
+    }
+    let mut tokens: Vec<u32> = (0..batch as u32).map(|s| (s * 7919 + 3) % vocab).collect();
+    let mut pos = 0usize;
+    let one = |m: &mut LlamaModel, tokens: &mut Vec<u32>, pos: usize, mode: u8| -> Result<()> {
+        let rows: Vec<Row> = (0..batch).map(|s| Row { slot: s as u32, position: pos as u32, token: tokens[s] }).collect();
+        *tokens = match mode {
+            0 => m.step(&rows)?,
+            1 => m.step_eager(&rows)?,
+            _ => rt.block_on(m.step_async(&rows))?,
+        };
+        ensure!(tokens.iter().all(|&t| t < vocab), "a step produced an invalid token (NaN logits?)");
+        Ok(())
+    };
+    while pos < context {
+        one(m, &mut tokens, pos, 0)?;
+        pos += 1;
+    }
+    let mut times = Vec::new();
+    for r in 0..=reps {
+        let t = Instant::now();
+        for _ in 0..steps {
+            one(m, &mut tokens, pos, mode)?;
+            pos += 1;
+        }
+        if r > 0 {
+            times.push(t.elapsed().as_secs_f64() * 1e3 / steps as f64);
+        }
+    }
+    Ok(median(times))
+}
+
+fn main() -> Result<()> {
+    let a = Args::parse();
+    let dev = Device::new(0).context("no GPU")?;
+    let stream = dev.new_stream()?;
+    let cfg = if a.small { LlamaConfig::small() } else { LlamaConfig::llama_3_2_1b() };
+    let w = DeviceWeights::random(&stream, &cfg, 5, 0.02)?;
+    let max_seq = a.context + a.steps * (a.reps + 1) + 16;
+    let max_batch = a.batches.iter().copied().max().unwrap_or(1);
+    let opts = ModelOptions { slots: max_batch.max(2), max_seq, ..Default::default() };
+    let mut m = LlamaModel::new(&stream, cfg.clone(), w, opts)?;
+    m.capture_all()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+
+    // Correctness: slot 0 by graph replays, slot 1 by eager launches, same history.
+    let (mut g, mut e) = (5u32, 5u32);
+    m.release_slot(0)?;
+    m.release_slot(1)?;
+    for pos in 0..16u32 {
+        g = m.step(&[Row { slot: 0, position: pos, token: g }])?[0];
+        e = m.step_eager(&[Row { slot: 1, position: pos, token: e }])?[0];
+        ensure!(g == e, "graph and eager disagree at position {pos}: {g} vs {e}");
+    }
+
+    let mut rows = Vec::new();
+    println!("{} on {}, context {} + {} steps, median of {} reps", if a.small { "small" } else { "Llama-3.2-1B" }, dev.name(), a.context, a.steps, a.reps);
+    println!("{:>5} {:>10} {:>10} {:>10} {:>10} {:>9}", "batch", "graph ms", "eager ms", "floor ms", "floor %", "tok/s");
+    for &b in &a.batches {
+        let graph = decode(&mut m, &rt, b, a.context, a.steps, a.reps, 0)?;
+        let eager = decode(&mut m, &rt, b, a.context, a.steps, a.reps.min(2), 1)?;
+        let kv_len = a.context + a.steps * (a.reps + 1) / 2;
+        let bytes = cfg.step_weight_bytes() + b * cfg.kv_bytes(kv_len);
+        let floor = bytes as f64 / HBM_BYTES_PER_S * 1e3;
+        println!("{b:>5} {graph:>10.3} {eager:>10.3} {floor:>10.3} {:>9.1}% {:>9.0}", 100.0 * floor / graph, b as f64 * 1e3 / graph);
+        rows.push(json!({"batch": b, "graph_ms": graph, "eager_ms": eager, "floor_ms": floor, "floor_share": floor / graph, "bytes_per_step": bytes}));
+    }
+    // Awaited vs blocking at batch 1, interleaved.
+    let (mut blocking, mut awaited) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        blocking.push(decode(&mut m, &rt, 1, 8, a.steps, 2, 0)?);
+        awaited.push(decode(&mut m, &rt, 1, 8, a.steps, 2, 2)?);
+    }
+    let (bl, aw) = (median(blocking), median(awaited));
+    println!("batch 1, 8 positions: blocking {bl:.4} ms/step, awaited from tokio {aw:.4} ms/step ({:+.1} us)", (aw - bl) * 1e3);
+    let buckets: Vec<_> = m
+        .buckets()
+        .iter()
+        .map(|b| json!({"batch": b.batch, "capture_ms": b.capture_ms, "buffer_bytes": b.buffer_bytes, "graph_bytes": b.graph_bytes}))
+        .collect();
+    for b in m.buckets() {
+        println!("bucket {:>2}: capture {:6.2} ms, buffers {:7.2} MB, graph +{:.2} MB", b.batch, b.capture_ms, b.buffer_bytes as f64 / 1e6, b.graph_bytes as f64 / 1e6);
+    }
+    let mut torch = serde_json::Value::Null;
+    if !a.no_torch {
+        let out = std::env::temp_dir().join(format!("torch-decode-{}.json", std::process::id()));
+        let batches = a.batches.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(",");
+        drop(m); // free the GPU memory for PyTorch
+        stream.synchronize()?;
+        let st = std::process::Command::new(&a.python)
+            .args(["scripts/torch_decode_bench.py", "--json", &out.display().to_string(), "--shape", if a.small { "small" } else { "1b" }])
+            .args(["--batches", &batches, "--context", &a.context.to_string(), "--steps", &a.steps.to_string(), "--modes", &a.torch_modes])
+            .status();
+        match st {
+            Ok(s) if s.success() => torch = serde_json::from_str(&std::fs::read_to_string(&out)?)?,
+            other => println!("PyTorch baselines not run: {other:?}"),
+        }
+        if let serde_json::Value::Object(t) = &torch {
+            println!("{:>5} {:>10} {:>12} {:>12} {:>12}", "batch", "ours ms", "torch eager", "torch graph", "torch.compile");
+            for r in &rows {
+                let b = r["batch"].to_string();
+                let get = |mode: &str| t.get(mode).and_then(|x| x.get(&b)).and_then(|x| x.get("ms")).and_then(|x| x.as_f64()).map_or("-".to_string(), |v| format!("{v:.3}"));
+                println!("{b:>5} {:>10.3} {:>12} {:>12} {:>12}", r["graph_ms"].as_f64().unwrap_or(0.0), get("eager"), get("cudagraph"), get("compile"));
+            }
+        }
+    }
+    let report = json!({
+        "bench": "decode", "gpu": dev.name(), "shape": if a.small { "small" } else { "llama-3.2-1b" },
+        "context": a.context, "steps": a.steps, "reps": a.reps, "rows": rows, "buckets": buckets,
+        "await_vs_blocking_us": (aw - bl) * 1e3, "blocking_ms": bl, "awaited_ms": aw, "torch": torch,
+    });
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,326 @@
+//! The kernels of a Llama-style decoder in bf16 (`cuda/llama.cu`): embedding gather, RMSNorm,
+//! rotary embedding fused with the KV-cache append and grouped-query attention, SwiGLU, greedy
+//! argmax, and a device-side normal initialiser. The matrix products are cuBLAS's
+//! ([`cuda_core::blas`]).
+//!
+//! Each launcher checks the stream's and the buffers' devices and every buffer length against the
+//! shape it is given before launching anything. Indices that live in device memory (token ids,
+//! cache slots, positions) cannot be checked on the host: the kernels check them against the
+//! shape and give the row NaN outputs instead of touching memory out of bounds.
+//!
+//! ```no_run
+//! use cuda_core::{Device, DeviceBuffer};
+//! use half::bf16;
+//! use kernels::llama::LlamaKernels;
+//! # fn main() -> cuda_core::Result<()> {
+//! let s = Device::new(0)?.new_stream()?;
+//! let k = LlamaKernels::get(s.device())?;
+//! let x = DeviceBuffer::from_host(&s, &[bf16::from_f32(3.0); 4])?;
+//! let w = DeviceBuffer::from_host(&s, &[bf16::ONE; 4])?;
+//! let mut y = DeviceBuffer::<bf16>::zeros(&s, 4)?;
+//! k.rmsnorm(&s, &x, &w, &mut y, 1, 4, 1e-5)?; // each element / rms(x) = 1
+//! assert!(y.to_vec()?.iter().all(|v| (v.to_f32() - 1.0).abs() < 1e-2));
+//! # Ok(()) }
+//! ```
+
+use cuda_core::{Device, DeviceBuffer, DeviceRepr, Error, Function, LaunchConfig, PerDevice, Result, Stream};
+use half::bf16;
+
+/// CUDA C source of the decoder kernels.
+pub const LLAMA_SRC: &str = include_str!("../cuda/llama.cu");
+
+/// The largest head dimension the attention kernel supports (`MAX_HD` in `cuda/llama.cu`).
+pub const MAX_HEAD_DIM: usize = 128;
+/// The largest number of query heads per key/value head (`MAX_GROUP`).
+pub const MAX_GROUP: usize = 8;
+/// The slot value of an inactive (padding) row in [`LlamaKernels::rope_attention`].
+pub const INACTIVE: u32 = u32::MAX;
+/// Warps per attention block (`ATTN_WARPS`).
+const ATTN_WARPS: u32 = 8;
+
+/// The shape of one attention launch ([`LlamaKernels::rope_attention`]); laid out as the kernel's
+/// `AttnShape`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnShape {
+    /// Rows (sequences) of the batch.
+    pub batch: u32,
+    /// Query heads.
+    pub heads: u32,
+    /// Key/value heads (`heads` is a multiple of it, at most [`MAX_GROUP`] times).
+    pub kv_heads: u32,
+    /// Dimensions per head: a multiple of 32, at most [`MAX_HEAD_DIM`].
+    pub head_dim: u32,
+    /// Cache slots (sequences) per layer.
+    pub slots: u32,
+    /// Positions per slot.
+    pub max_seq: u32,
+    /// The score scale, `1 / sqrt(head_dim)`.
+    pub scale: f32,
+}
+
+// SAFETY: `#[repr(C)]`, six `u32` and one `f32`: no padding, no pointers, every bit pattern valid.
+unsafe impl DeviceRepr for AttnShape {}
+
+impl AttnShape {
+    fn validate(&self) -> Result<()> {
+        let ok = self.heads > 0
+            && self.kv_heads > 0
+            && self.heads % self.kv_heads == 0
+            && (self.heads / self.kv_heads) as usize <= MAX_GROUP
+            && self.head_dim > 0
+            && self.head_dim % 32 == 0
+            && self.head_dim as usize <= MAX_HEAD_DIM
+            && self.slots > 0
+            && self.max_seq > 0;
+        if ok {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "attention shape {self:?}: heads must be a positive multiple of kv_heads (at most {MAX_GROUP} per group), head_dim a multiple of 32 up to {MAX_HEAD_DIM}, slots and max_seq positive"
+        )))
+    }
+
+    /// Elements of `qkv` per row: `(heads + 2 * kv_heads) * head_dim`.
+    pub fn qkv_row(&self) -> usize {
+        (self.heads as usize + 2 * self.kv_heads as usize) * self.head_dim as usize
+    }
+
+    /// Elements of one layer's key (or value) cache: `slots * kv_heads * max_seq * head_dim`.
+    pub fn cache_len(&self) -> usize {
+        self.slots as usize * self.kv_heads as usize * self.max_seq as usize * self.head_dim as usize
+    }
+}
+
+/// The decoder kernels, loaded on one device.
+pub struct LlamaKernels {
+    device: Device,
+    max_blocks: u32,
+    embed: Function,
+    rmsnorm: Function,
+    silu_mul: Function,
+    attention: Function,
+    argmax: Function,
+    randn: Function,
+}
+
+fn len_check(during: &'static str, expected: usize, actual: usize) -> Result<()> {
+    if expected == actual {
+        return Ok(());
+    }
+    Err(Error::LengthMismatch { during, expected, actual })
+}
+
+fn mul(a: usize, b: usize) -> Result<usize> {
+    a.checked_mul(b).ok_or_else(|| Error::InvalidArgument(format!("{a} * {b} elements overflow")))
+}
+
+fn dim(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::InvalidArgument(format!("{what} = {v} exceeds u32::MAX")))
+}
+
+impl LlamaKernels {
+    /// The kernels on `device`, compiled (or read from the cache) and loaded on first use.
+    ///
+    /// # Errors
+    /// NVRTC and module-loading errors ([`Error::NvrtcMissing`] without `libnvrtc`).
+    pub fn get(device: &Device) -> Result<&'static LlamaKernels> {
+        static LOADED: PerDevice<LlamaKernels> = PerDevice::new();
+        LOADED.get_or_try_init(device, || {
+            let m = device.compile_module("llama.cu", LLAMA_SRC, &["-std=c++17".to_string()])?;
+            Ok(LlamaKernels {
+                device: *device,
+                max_blocks: device.multiprocessor_count()?.saturating_mul(8).max(1),
+                embed: m.function("embed_bf16")?,
+                rmsnorm: m.function("rmsnorm_bf16")?,
+                silu_mul: m.function("silu_mul_bf16")?,
+                attention: m.function("rope_attention_bf16")?,
+                argmax: m.function("argmax_f32")?,
+                randn: m.function("randn_bf16")?,
+            })
+        })
+    }
+
+    fn same_device(&self, stream: &Stream, during: &'static str, devices: &[&Device]) -> Result<()> {
+        for d in std::iter::once(stream.device()).chain(devices.iter().copied()) {
+            if d != &self.device {
+                return Err(Error::DeviceMismatch { during, expected: self.device.ordinal(), actual: d.ordinal() });
+            }
+        }
+        Ok(())
+    }
+
+    /// `h[b] = table[tokens[b]]` for `b < batch` (`table[vocab][hidden]`, `h[batch][hidden]`); a
+    /// token id `>= vocab` gives a NaN row.
+    ///
+    /// # Errors
+    /// Lengths that do not fit (`tokens = batch`, `h = batch * hidden`, `table` a multiple of
+    /// `hidden`), devices that differ, driver errors.
+    pub fn embed(
+        &self,
+        s: &Stream,
+        tokens: &DeviceBuffer<u32>,
+        table: &DeviceBuffer<bf16>,
+        h: &mut DeviceBuffer<bf16>,
+        hidden: usize,
+    ) -> Result<()> {
+        const DURING: &str = "embedding gather";
+        self.same_device(s, DURING, &[tokens.device(), table.device(), h.device()])?;
+        let batch = tokens.len();
+        len_check("embedding gather: h must hold batch * hidden", mul(batch, hidden)?, h.len())?;
+        if hidden == 0 || table.len() % hidden != 0 {
+            return Err(Error::InvalidArgument(format!("embedding table of {} values is not [vocab][{hidden}]", table.len())));
+        }
+        let vocab = table.len() / hidden;
+        if batch == 0 {
+            return Ok(());
+        }
+        let cfg = LaunchConfig { grid: (dim(hidden, "hidden")?.div_ceil(256), dim(batch, "batch")?, 1), block: (256, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: matches `embed_bf16(const unsigned*, const bf16_t*, bf16_t*, unsigned batch,
+        // unsigned hidden, unsigned vocab)`; reads tokens[0..batch], table rows < vocab (checked in
+        // the kernel), writes h[0..batch*hidden] (lengths checked above); `h` is exclusive.
+        unsafe {
+            self.embed.launch(s, cfg, (tokens, table, h, batch as u32, hidden as u32, dim(vocab, "vocab")?))
+        }
+    }
+
+    /// `out[r] = w * x[r] / rms(x[r])` for `r < rows` (Hugging Face's `LlamaRMSNorm`, bf16
+    /// rounding as there).
+    ///
+    /// # Errors
+    /// `x` and `out` not `rows * hidden`, `w` not `hidden`; devices that differ; driver errors.
+    pub fn rmsnorm(
+        &self,
+        s: &Stream,
+        x: &DeviceBuffer<bf16>,
+        w: &DeviceBuffer<bf16>,
+        out: &mut DeviceBuffer<bf16>,
+        rows: usize,
+        hidden: usize,
+        eps: f32,
+    ) -> Result<()> {
+        self.same_device(s, "RMSNorm", &[x.device(), w.device(), out.device()])?;
+        let n = mul(rows, hidden)?;
+        len_check("RMSNorm: x must hold rows * hidden", n, x.len())?;
+        len_check("RMSNorm: out must hold rows * hidden", n, out.len())?;
+        len_check("RMSNorm: w must hold hidden", hidden, w.len())?;
+        if n == 0 {
+            return Ok(());
+        }
+        let cfg = LaunchConfig { grid: (dim(rows, "rows")?, 1, 1), block: (512, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: matches `rmsnorm_bf16(const bf16_t* x, const bf16_t* w, bf16_t* out, unsigned
+        // rows, unsigned hidden, float eps)`; reads x[0..rows*hidden], w[0..hidden], writes
+        // out[0..rows*hidden] (checked); 512 is a multiple of 32; `out` is exclusive.
+        unsafe { self.rmsnorm.launch(s, cfg, (x, w, out, rows as u32, dim(hidden, "hidden")?, eps)) }
+    }
+
+    /// `out[r][i] = silu(gu[r][i]) * gu[r][inter + i]` (SwiGLU over the stacked gate and up
+    /// projections).
+    ///
+    /// # Errors
+    /// `gu` not `rows * 2 * inter` or `out` not `rows * inter`; devices; driver errors.
+    pub fn silu_mul(&self, s: &Stream, gu: &DeviceBuffer<bf16>, out: &mut DeviceBuffer<bf16>, rows: usize, inter: usize) -> Result<()> {
+        self.same_device(s, "SwiGLU", &[gu.device(), out.device()])?;
+        let n = mul(rows, inter)?;
+        len_check("SwiGLU: gu must hold rows * 2 * inter", mul(n, 2)?, gu.len())?;
+        len_check("SwiGLU: out must hold rows * inter", n, out.len())?;
+        if n == 0 {
+            return Ok(());
+        }
+        let mut cfg = LaunchConfig::for_elements(n, 256);
+        cfg.grid.0 = cfg.grid.0.min(self.max_blocks);
+        // SAFETY: matches `silu_mul_bf16(const bf16_t* gu, bf16_t* out, unsigned rows, unsigned
+        // inter)`; reads gu[0..2*rows*inter], writes out[0..rows*inter] (checked); exclusive out.
+        unsafe { self.silu_mul.launch(s, cfg, (gu, out, dim(rows, "rows")?, dim(inter, "inter")?)) }
+    }
+
+    /// Rotary embedding + KV-cache append + grouped-query attention for one layer: for each row
+    /// `b`, rotates its new key and queries by position `positions[b]`, writes key and value to
+    /// the caches at `(slots[b], positions[b])`, and attends over positions `0..=positions[b]` of
+    /// that slot, writing `out[b][heads * head_dim]`. `qkv[b]` holds `[q | k | v]`, the caches are
+    /// `[slots][kv_heads][max_seq][head_dim]`, `inv_freq[head_dim / 2]`. Slot [`INACTIVE`] marks
+    /// a padding row (zero output, no cache access); any other slot or position out of range
+    /// gives the row NaN outputs and touches no cache memory.
+    ///
+    /// # Errors
+    /// An invalid shape, lengths that do not fit it, devices that differ, driver errors.
+    ///
+    /// # Safety
+    /// The entries of `slots` other than [`INACTIVE`] must be distinct whenever the kernel runs
+    /// (also at every replay of a graph it is captured into): two rows with one slot would write
+    /// and read the same cache rows from different blocks, a data race. Device memory cannot be
+    /// checked from here; callers that fill `slots` themselves (as `models::llama` does) check
+    /// it on the host.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn rope_attention(
+        &self,
+        s: &Stream,
+        qkv: &DeviceBuffer<bf16>,
+        k_cache: &mut DeviceBuffer<bf16>,
+        v_cache: &mut DeviceBuffer<bf16>,
+        slots: &DeviceBuffer<u32>,
+        positions: &DeviceBuffer<u32>,
+        inv_freq: &DeviceBuffer<f32>,
+        out: &mut DeviceBuffer<bf16>,
+        shape: AttnShape,
+    ) -> Result<()> {
+        let devices = [qkv.device(), k_cache.device(), v_cache.device(), slots.device(), positions.device(), inv_freq.device(), out.device()];
+        self.same_device(s, "rope attention", &devices)?;
+        shape.validate()?;
+        let batch = shape.batch as usize;
+        len_check("rope attention: qkv must hold batch * (heads + 2 kv_heads) * head_dim", mul(batch, shape.qkv_row())?, qkv.len())?;
+        len_check("rope attention: k_cache must hold slots * kv_heads * max_seq * head_dim", shape.cache_len(), k_cache.len())?;
+        len_check("rope attention: v_cache must hold slots * kv_heads * max_seq * head_dim", shape.cache_len(), v_cache.len())?;
+        len_check("rope attention: slots must hold batch", batch, slots.len())?;
+        len_check("rope attention: positions must hold batch", batch, positions.len())?;
+        len_check("rope attention: inv_freq must hold head_dim / 2", shape.head_dim as usize / 2, inv_freq.len())?;
+        len_check("rope attention: out must hold batch * heads * head_dim", mul(batch, shape.heads as usize * shape.head_dim as usize)?, out.len())?;
+        if batch == 0 {
+            return Ok(());
+        }
+        let cfg = LaunchConfig { grid: (shape.kv_heads, shape.batch, 1), block: (ATTN_WARPS * 32, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: matches `rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cache, bf16_t*
+        // v_cache, const unsigned* slots, const unsigned* positions, const float* inv_freq,
+        // bf16_t* out, AttnShape)`; every length was checked against `shape` above, and the kernel
+        // checks slots[b] < slots and positions[b] < max_seq before touching the caches. The
+        // caller guarantees distinct slots (no two blocks of different rows share cache rows);
+        // the caches and `out` are borrowed mutably.
+        unsafe { self.attention.launch(s, cfg, (qkv, k_cache, v_cache, slots, positions, inv_freq, out, shape)) }
+    }
+
+    /// `out[r] = argmax(logits[r])` for `r < rows` (`logits[rows][vocab]`; the first index on
+    /// ties; a row with NaNs may give `vocab`).
+    ///
+    /// # Errors
+    /// `out` not `rows` or `logits` not `rows * vocab`; devices; driver errors.
+    pub fn argmax(&self, s: &Stream, logits: &DeviceBuffer<f32>, out: &mut DeviceBuffer<u32>, vocab: usize) -> Result<()> {
+        self.same_device(s, "argmax", &[logits.device(), out.device()])?;
+        let rows = out.len();
+        len_check("argmax: logits must hold rows * vocab", mul(rows, vocab)?, logits.len())?;
+        if rows == 0 {
+            return Ok(());
+        }
+        let cfg = LaunchConfig { grid: (dim(rows, "rows")?, 1, 1), block: (1024, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: matches `argmax_f32(const float* logits, unsigned* out, unsigned rows, unsigned
+        // vocab)`; reads logits[0..rows*vocab], writes out[0..rows] (checked); exclusive out.
+        unsafe { self.argmax.launch(s, cfg, (logits, out, rows as u32, dim(vocab, "vocab")?)) }
+    }
+
+    /// Fills `w` with `bf16(mean + std * z)`, `z` standard normal from a counter-based hash of
+    /// `(seed, index)`: deterministic, fast for billions of weights.
+    ///
+    /// # Errors
+    /// A buffer of another device; driver errors.
+    pub fn randn(&self, s: &Stream, w: &mut DeviceBuffer<bf16>, seed: u64, mean: f32, std: f32) -> Result<()> {
+        self.same_device(s, "randn", &[w.device()])?;
+        let n = w.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let mut cfg = LaunchConfig::for_elements(n, 256);
+        cfg.grid.0 = cfg.grid.0.min(self.max_blocks.saturating_mul(4));
+        // SAFETY: matches `randn_bf16(bf16_t* w, unsigned long long n, unsigned long long seed,
+        // float mean, float std)`; writes w[0..n]; exclusive.
+        unsafe { self.randn.launch(s, cfg, (w, n as u64, seed, mean, std)) }
+    }
+}

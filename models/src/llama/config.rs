@@ -1,0 +1,246 @@
+//! The shape of a Llama-style decoder, from Hugging Face's `config.json` or built in.
+
+use cuda_async::{DeviceError, Result};
+use serde_json::Value;
+
+/// Llama 3's rotary frequency scaling (`rope_type: "llama3"`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Llama3Rope {
+    /// `factor`.
+    pub factor: f64,
+    /// `low_freq_factor`.
+    pub low_freq_factor: f64,
+    /// `high_freq_factor`.
+    pub high_freq_factor: f64,
+    /// `original_max_position_embeddings`.
+    pub original_max_position: f64,
+}
+
+/// The dimensions and constants of a Llama-style decoder (RMSNorm, rotary embeddings,
+/// grouped-query attention, SwiGLU MLP), with Hugging Face's names in the docs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlamaConfig {
+    /// `vocab_size`.
+    pub vocab: usize,
+    /// `hidden_size`.
+    pub hidden: usize,
+    /// `num_hidden_layers`.
+    pub layers: usize,
+    /// `num_attention_heads`.
+    pub heads: usize,
+    /// `num_key_value_heads`.
+    pub kv_heads: usize,
+    /// `head_dim` (default `hidden / heads`).
+    pub head_dim: usize,
+    /// `intermediate_size`.
+    pub intermediate: usize,
+    /// `rms_norm_eps`.
+    pub rms_eps: f64,
+    /// `rope_theta`.
+    pub rope_theta: f64,
+    /// `rope_scaling` / `rope_parameters` of type `llama3`, if any.
+    pub rope_llama3: Option<Llama3Rope>,
+    /// `tie_word_embeddings`: the output projection is the embedding table.
+    pub tie_embeddings: bool,
+}
+
+fn bad(msg: String) -> DeviceError {
+    cuda_core::Error::InvalidArgument(msg).into()
+}
+
+impl LlamaConfig {
+    /// The Llama-3.2-1B configuration: hidden 2048, 16 layers, 32 heads, 8 KV heads, intermediate
+    /// 8192, vocabulary 128256, tied embeddings, rope theta 500000 with Llama 3 scaling (32×).
+    pub fn llama_3_2_1b() -> LlamaConfig {
+        LlamaConfig {
+            vocab: 128_256,
+            hidden: 2048,
+            layers: 16,
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 64,
+            intermediate: 8192,
+            rms_eps: 1e-5,
+            rope_theta: 500_000.0,
+            rope_llama3: Some(Llama3Rope {
+                factor: 32.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position: 8192.0,
+            }),
+            tie_embeddings: true,
+        }
+    }
+
+    /// A small shape for fast tests (about 7 M parameters): hidden 256, 4 layers, 8 heads of 32,
+    /// 2 KV heads (groups of 4, as the 1B model), intermediate 768, vocabulary 2048, untied
+    /// embeddings (so both output paths are exercised between the two shapes), Llama 3 rope.
+    pub fn small() -> LlamaConfig {
+        LlamaConfig {
+            vocab: 2048,
+            hidden: 256,
+            layers: 4,
+            heads: 8,
+            kv_heads: 2,
+            head_dim: 32,
+            intermediate: 768,
+            rms_eps: 1e-5,
+            rope_theta: 500_000.0,
+            rope_llama3: Some(Llama3Rope {
+                factor: 32.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position: 8192.0,
+            }),
+            tie_embeddings: false,
+        }
+    }
+
+    /// Parses Hugging Face's `config.json` of a `LlamaForCausalLM` (transformers 4 and 5 spell
+    /// the rope settings differently; both are read).
+    ///
+    /// # Errors
+    /// Invalid JSON, a missing or non-numeric field, an unsupported rope type, or dimensions
+    /// that [`LlamaConfig::validate`] refuses ([`cuda_core::Error::InvalidArgument`]).
+    pub fn from_hf_json(text: &str) -> Result<LlamaConfig> {
+        let v: Value = serde_json::from_str(text).map_err(|e| bad(format!("config.json: {e}")))?;
+        let num = |k: &str| -> Result<usize> {
+            v.get(k)
+                .and_then(Value::as_u64)
+                .map(|x| x as usize)
+                .ok_or_else(|| bad(format!("config.json: `{k}` is missing or not an unsigned integer")))
+        };
+        let rope = v.get("rope_parameters").or_else(|| v.get("rope_scaling")).filter(|r| !r.is_null());
+        let float = |obj: &Value, k: &str| obj.get(k).and_then(Value::as_f64);
+        let rope_theta = float(&v, "rope_theta")
+            .or_else(|| rope.and_then(|r| float(r, "rope_theta")))
+            .unwrap_or(10_000.0);
+        let rope_llama3 = match rope {
+            None => None,
+            Some(r) => match r.get("rope_type").or_else(|| r.get("type")).and_then(Value::as_str) {
+                None | Some("default") => None,
+                Some("llama3") => {
+                    let f = |k: &str| float(r, k).ok_or_else(|| bad(format!("config.json: rope `{k}` missing")));
+                    Some(Llama3Rope {
+                        factor: f("factor")?,
+                        low_freq_factor: f("low_freq_factor")?,
+                        high_freq_factor: f("high_freq_factor")?,
+                        original_max_position: f("original_max_position_embeddings")?,
+                    })
+                }
+                Some(other) => return Err(bad(format!("config.json: rope type `{other}` is not supported"))),
+            },
+        };
+        let (hidden, heads) = (num("hidden_size")?, num("num_attention_heads")?);
+        let head_dim = match v.get("head_dim") {
+            Some(h) if !h.is_null() => num("head_dim")?,
+            _ => hidden / heads.max(1),
+        };
+        let cfg = LlamaConfig {
+            vocab: num("vocab_size")?,
+            hidden,
+            layers: num("num_hidden_layers")?,
+            heads,
+            kv_heads: v.get("num_key_value_heads").and_then(Value::as_u64).map(|x| x as usize).unwrap_or(heads),
+            head_dim,
+            intermediate: num("intermediate_size")?,
+            rms_eps: float(&v, "rms_norm_eps").unwrap_or(1e-6),
+            rope_theta,
+            rope_llama3,
+            tie_embeddings: v.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks what the kernels need: every dimension positive, `heads` a multiple of `kv_heads`
+    /// with groups of at most 8, `head_dim` a multiple of 32 up to 128, and sizes that fit the
+    /// kernels' 32-bit indices.
+    ///
+    /// # Errors
+    /// [`cuda_core::Error::InvalidArgument`] saying which rule is broken.
+    pub fn validate(&self) -> Result<()> {
+        let dims = [self.vocab, self.hidden, self.layers, self.heads, self.kv_heads, self.head_dim, self.intermediate];
+        if dims.contains(&0) {
+            return Err(bad(format!("config {self:?}: every dimension must be positive")));
+        }
+        if self.heads % self.kv_heads != 0 || self.heads / self.kv_heads > kernels::llama::MAX_GROUP {
+            return Err(bad(format!(
+                "config: {} heads over {} KV heads: heads must be a multiple of kv_heads, at most {} per group",
+                self.heads,
+                self.kv_heads,
+                kernels::llama::MAX_GROUP
+            )));
+        }
+        if self.head_dim % 32 != 0 || self.head_dim > kernels::llama::MAX_HEAD_DIM {
+            return Err(bad(format!("config: head_dim {} must be a multiple of 32 up to 128", self.head_dim)));
+        }
+        let big = [self.vocab * self.hidden, self.intermediate * self.hidden * 2, self.qkv_dim() * self.hidden];
+        if big.iter().any(|&n| n > u32::MAX as usize) {
+            return Err(bad("config: a weight matrix exceeds 2^32 elements".into()));
+        }
+        if !(self.rms_eps > 0.0 && self.rope_theta > 0.0) {
+            return Err(bad("config: rms_norm_eps and rope_theta must be positive".into()));
+        }
+        Ok(())
+    }
+
+    /// Rows of the stacked q/k/v projection: `(heads + 2 * kv_heads) * head_dim`.
+    pub fn qkv_dim(&self) -> usize {
+        (self.heads + 2 * self.kv_heads) * self.head_dim
+    }
+
+    /// Width of the attention output: `heads * head_dim`.
+    pub fn attn_dim(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// Parameters (embeddings counted once when tied).
+    pub fn parameters(&self) -> usize {
+        let per_layer = self.qkv_dim() * self.hidden
+            + self.hidden * self.attn_dim()
+            + 3 * self.intermediate * self.hidden
+            + 2 * self.hidden;
+        let head = if self.tie_embeddings { 0 } else { self.vocab * self.hidden };
+        self.vocab * self.hidden + self.layers * per_layer + self.hidden + head
+    }
+
+    /// Bytes of weights one decode step reads (bf16): everything but the embedding table, which
+    /// is read again in full as the output projection when tied (one row per token otherwise).
+    pub fn step_weight_bytes(&self) -> usize {
+        let per_layer = self.qkv_dim() * self.hidden
+            + self.hidden * self.attn_dim()
+            + 3 * self.intermediate * self.hidden
+            + 2 * self.hidden;
+        2 * (self.layers * per_layer + self.hidden + self.vocab * self.hidden)
+    }
+
+    /// Bytes of key/value cache one decode step reads for a sequence at `len` positions.
+    pub fn kv_bytes(&self, len: usize) -> usize {
+        2 * 2 * self.layers * self.kv_heads * self.head_dim * len
+    }
+
+    /// The rotary inverse frequencies (`head_dim / 2` of them), as Hugging Face computes them
+    /// (with Llama 3 scaling when configured).
+    pub fn inv_freq(&self) -> Vec<f32> {
+        let d = self.head_dim as f64;
+        (0..self.head_dim / 2)
+            .map(|i| {
+                let f = 1.0 / self.rope_theta.powf((2 * i) as f64 / d);
+                let Some(r) = self.rope_llama3 else { return f as f32 };
+                let low_wavelen = r.original_max_position / r.low_freq_factor;
+                let high_wavelen = r.original_max_position / r.high_freq_factor;
+                let wavelen = 2.0 * std::f64::consts::PI / f;
+                let scaled = if wavelen > low_wavelen { f / r.factor } else { f };
+                let medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+                if medium {
+                    let smooth = (r.original_max_position / wavelen - r.low_freq_factor)
+                        / (r.high_freq_factor - r.low_freq_factor);
+                    ((1.0 - smooth) * scaled / r.factor + smooth * scaled) as f32
+                } else {
+                    scaled as f32
+                }
+            })
+            .collect()
+    }
+}

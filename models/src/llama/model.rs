@@ -1,0 +1,485 @@
+//! [`LlamaModel`]: weights, KV cache and a graph cache of decode steps per batch-size bucket.
+
+use super::config::LlamaConfig;
+use super::step::{DecodeStep, KvCache, StepBuffers};
+use super::weights::DeviceWeights;
+use cuda_async::{value, CudaGraph, DeviceError, DeviceOp, DeviceOpExt, Module, Result};
+use cuda_core::blas::Blas;
+use cuda_core::{DeviceBuffer, PinnedBuffer, Stream};
+use kernels::llama::{LlamaKernels, INACTIVE};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// One row of a decode step: feed `token` at `position` of the sequence in cache `slot`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Row {
+    /// The KV-cache slot of the sequence (`< slots`; distinct within a step).
+    pub slot: u32,
+    /// The token's position in its sequence (`< max_seq`, at most the slot's current length).
+    pub position: u32,
+    /// The token id (`< vocab`).
+    pub token: u32,
+}
+
+/// How a [`LlamaModel`] is laid out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelOptions {
+    /// KV-cache slots: sequences that can be in flight at once.
+    pub slots: usize,
+    /// Positions per slot (prompt + generated tokens).
+    pub max_seq: usize,
+    /// Batch-size buckets, each captured as one graph (a step of `n` rows runs in the smallest
+    /// bucket `>= n`, the rest padded with inactive rows).
+    pub buckets: Vec<usize>,
+    /// Device memory the captured buckets may take together (their buffers plus what
+    /// instantiating the graph took); the least recently used buckets are evicted beyond it.
+    pub graph_budget_bytes: usize,
+}
+
+impl Default for ModelOptions {
+    fn default() -> Self {
+        ModelOptions { slots: 64, max_seq: 1024, buckets: vec![1, 2, 4, 8, 16, 32, 64], graph_budget_bytes: usize::MAX }
+    }
+}
+
+/// What one captured bucket costs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BucketInfo {
+    /// Rows per step.
+    pub batch: usize,
+    /// Bytes of the bucket's buffers (activations, logits, inputs).
+    pub buffer_bytes: usize,
+    /// Device memory that capture and instantiation took beyond the buffers (the drop in free
+    /// memory across them, which the driver reports in pages: 0 when it fit in reserved pages).
+    pub graph_bytes: usize,
+    /// Milliseconds to capture and instantiate the step (after an eager warm-up).
+    pub capture_ms: f64,
+    /// Replays so far.
+    pub replays: u64,
+}
+
+struct Bucket {
+    buf: StepBuffers,
+    graph: CudaGraph<()>,
+    in_tokens: PinnedBuffer<u32>,
+    in_slots: PinnedBuffer<u32>,
+    in_positions: PinnedBuffer<u32>,
+    out_next: PinnedBuffer<u32>,
+    info: BucketInfo,
+    last_used: u64,
+}
+
+impl Bucket {
+    /// Writes `rows` into the staging buffers, padding the bucket with inactive rows (after
+    /// waiting for any copy still reading them).
+    fn write_rows(&mut self, rows: &[Row]) -> Result<()> {
+        let (tokens, slots, positions) =
+            (self.in_tokens.as_mut_slice()?, self.in_slots.as_mut_slice()?, self.in_positions.as_mut_slice()?);
+        for i in 0..tokens.len() {
+            let r = rows.get(i);
+            tokens[i] = r.map_or(0, |r| r.token);
+            slots[i] = r.map_or(INACTIVE, |r| r.slot);
+            positions[i] = r.map_or(0, |r| r.position);
+        }
+        Ok(())
+    }
+}
+
+/// A Llama-style decoder whose decode step is one CUDA graph replay per batch-size bucket.
+///
+/// A step ([`LlamaModel::step`], [`LlamaModel::step_async`], or [`Module::forward`]) checks its
+/// rows on the host (slots distinct and in range, positions in range and contiguous per slot,
+/// tokens in the vocabulary), writes them into page-locked staging buffers, and queues on the
+/// model's stream three small copies in, one replay of the bucket's graph and one copy out of the
+/// chosen tokens. Positions and lengths are device data the graph reads when it runs, so nothing
+/// is recaptured between steps. Buckets are captured on first use (or all at once with
+/// [`LlamaModel::capture_all`]) and evicted least recently used first when their memory exceeds
+/// [`ModelOptions::graph_budget_bytes`].
+///
+/// ```no_run
+/// use models::llama::{DeviceWeights, LlamaConfig, LlamaModel, ModelOptions, Row};
+/// # fn main() -> cuda_async::Result<()> {
+/// let stream = cuda_core::Device::new(0)?.new_stream()?;
+/// let cfg = LlamaConfig::small();
+/// let weights = DeviceWeights::random(&stream, &cfg, 7, 0.02)?;
+/// let mut model = LlamaModel::new(&stream, cfg, weights, ModelOptions { slots: 4, max_seq: 64, ..Default::default() })?;
+/// let next = model.step(&[Row { slot: 0, position: 0, token: 1 }, Row { slot: 1, position: 0, token: 5 }])?;
+/// assert_eq!(next.len(), 2);
+/// # Ok(()) }
+/// ```
+pub struct LlamaModel {
+    cfg: LlamaConfig,
+    weights: DeviceWeights,
+    inv_freq: DeviceBuffer<f32>,
+    kv: KvCache,
+    blas: Blas,
+    kernels: &'static LlamaKernels,
+    stream: Stream,
+    opts: ModelOptions,
+    buckets: BTreeMap<usize, Bucket>,
+    filled: Vec<u32>,
+    tick: u64,
+    last_rows: Option<(usize, usize)>,
+    evictions: u64,
+}
+
+impl std::fmt::Debug for LlamaModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaModel")
+            .field("config", &self.cfg)
+            .field("options", &self.opts)
+            .field("captured", &self.buckets.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+fn misuse(msg: String) -> DeviceError {
+    DeviceError::shape("LlamaModel::step", msg)
+}
+
+impl LlamaModel {
+    /// A model over `weights` on `stream`: allocates the KV cache, loads the kernels and a cuBLAS
+    /// handle. Nothing is captured yet.
+    ///
+    /// # Errors
+    /// Invalid options (no slots, no positions, no buckets, a bucket of 0) or configuration;
+    /// [`cuda_core::Error::LibraryMissing`] without cuBLAS; allocation and compilation errors.
+    pub fn new(stream: &Stream, cfg: LlamaConfig, weights: DeviceWeights, mut opts: ModelOptions) -> Result<LlamaModel> {
+        cfg.validate()?;
+        opts.buckets.sort_unstable();
+        opts.buckets.dedup();
+        if opts.slots == 0 || opts.max_seq == 0 || opts.buckets.is_empty() || opts.buckets[0] == 0 {
+            return Err(DeviceError::shape("LlamaModel::new", format!("invalid options {opts:?}: slots, max_seq and buckets must be positive")));
+        }
+        if opts.slots >= INACTIVE as usize || opts.max_seq > u32::MAX as usize {
+            return Err(DeviceError::shape("LlamaModel::new", "slots and max_seq must fit in 32 bits"));
+        }
+        let kernels = LlamaKernels::get(stream.device())?;
+        let blas = Blas::new(stream)?;
+        let kv = KvCache::new(stream, &cfg, opts.slots, opts.max_seq)?;
+        let inv_freq = DeviceBuffer::from_host(stream, &cfg.inv_freq())?;
+        Ok(LlamaModel {
+            filled: vec![0; opts.slots],
+            cfg,
+            weights,
+            inv_freq,
+            kv,
+            blas,
+            kernels,
+            stream: stream.clone(),
+            opts,
+            buckets: BTreeMap::new(),
+            tick: 0,
+            last_rows: None,
+            evictions: 0,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.cfg
+    }
+
+    /// The options (buckets sorted).
+    pub fn options(&self) -> &ModelOptions {
+        &self.opts
+    }
+
+    /// The stream every step runs on.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// The weights.
+    pub fn weights(&self) -> &DeviceWeights {
+        &self.weights
+    }
+
+    /// Bytes of the KV cache.
+    pub fn kv_bytes(&self) -> usize {
+        self.kv.bytes()
+    }
+
+    /// The captured buckets, smallest first.
+    pub fn buckets(&self) -> Vec<BucketInfo> {
+        self.buckets.values().map(|b| BucketInfo { replays: b.graph.replays(), ..b.info }).collect()
+    }
+
+    /// Buckets evicted so far to stay within the budget.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
+    }
+
+    /// The length of the sequence in `slot` (positions written so far), or `None` for a slot
+    /// out of range.
+    pub fn slot_len(&self, slot: u32) -> Option<u32> {
+        self.filled.get(slot as usize).copied()
+    }
+
+    /// Forgets the sequence in `slot`: its next step must start at position 0. (The cache rows
+    /// are not cleared: a step only reads positions its sequence has written.)
+    ///
+    /// # Errors
+    /// A slot out of range ([`DeviceError::Shape`]).
+    pub fn release_slot(&mut self, slot: u32) -> Result<()> {
+        let f = self.filled.get_mut(slot as usize).ok_or_else(|| misuse(format!("slot {slot} out of range")))?;
+        *f = 0;
+        Ok(())
+    }
+
+    /// The smallest bucket that holds `rows` rows.
+    fn bucket_for(&self, rows: usize) -> Result<usize> {
+        self.opts.buckets.iter().copied().find(|&b| b >= rows).ok_or_else(|| {
+            misuse(format!("{rows} rows exceed the largest bucket ({})", self.opts.buckets.last().copied().unwrap_or(0)))
+        })
+    }
+
+    fn estimate_bytes(&self, batch: usize) -> usize {
+        let c = &self.cfg;
+        2 * batch * (2 * c.hidden + c.qkv_dim() + c.attn_dim() + 3 * c.intermediate) + 4 * batch * (c.vocab + 4)
+    }
+
+    /// Captures every bucket now (up to the budget), so that no step pays for a capture.
+    ///
+    /// # Errors
+    /// As for [`LlamaModel::step`]'s captures.
+    pub fn capture_all(&mut self) -> Result<()> {
+        for b in self.opts.buckets.clone() {
+            self.ensure(b)?;
+        }
+        Ok(())
+    }
+
+    /// Makes sure bucket `batch` is captured, evicting least recently used buckets first if the
+    /// budget needs it.
+    fn ensure(&mut self, batch: usize) -> Result<()> {
+        self.tick += 1;
+        if let Some(b) = self.buckets.get_mut(&batch) {
+            b.last_used = self.tick;
+            return Ok(());
+        }
+        let need = self.estimate_bytes(batch);
+        loop {
+            let used: usize = self.buckets.values().map(|b| b.info.buffer_bytes + b.info.graph_bytes).sum();
+            if used.saturating_add(need) <= self.opts.graph_budget_bytes || self.buckets.is_empty() {
+                break;
+            }
+            let lru = self.buckets.iter().min_by_key(|(_, b)| b.last_used).map(|(&k, _)| k);
+            if let Some(k) = lru {
+                self.buckets.remove(&k);
+                self.evictions += 1;
+            }
+        }
+        let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, stream, .. } = self;
+        let mut buf = StepBuffers::new(stream, cfg, batch)?;
+        let dev = stream.device();
+        // Warm-up: every row inactive (no cache access); loads cuBLAS's kernels and picks its
+        // algorithms outside the capture.
+        DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels }.sync_on(stream)?;
+        let free_before = dev.memory_info()?.0;
+        let t = Instant::now();
+        let graph = CudaGraph::scope(stream, |s| {
+            s.record(DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels })?;
+            Ok(())
+        })?;
+        let capture_ms = t.elapsed().as_secs_f64() * 1e3;
+        let free_after = dev.memory_info()?.0;
+        let pinned = || PinnedBuffer::new(dev, batch, 0u32);
+        let info = BucketInfo {
+            batch,
+            buffer_bytes: buf.bytes(),
+            graph_bytes: free_before.saturating_sub(free_after),
+            capture_ms,
+            replays: 0,
+        };
+        let bucket = Bucket {
+            buf,
+            graph,
+            in_tokens: pinned()?,
+            in_slots: PinnedBuffer::new(dev, batch, INACTIVE)?,
+            in_positions: pinned()?,
+            out_next: pinned()?,
+            info,
+            last_used: self.tick,
+        };
+        self.buckets.insert(batch, bucket);
+        Ok(())
+    }
+
+    /// Checks `rows` and returns the bucket to run them in.
+    fn check_rows(&self, rows: &[Row]) -> Result<usize> {
+        if rows.is_empty() {
+            return Err(misuse("a step needs at least one row".into()));
+        }
+        let bucket = self.bucket_for(rows.len())?;
+        let mut seen = vec![false; self.opts.slots];
+        for r in rows {
+            let Some(len) = self.filled.get(r.slot as usize) else {
+                return Err(misuse(format!("slot {} out of range (the model has {})", r.slot, self.opts.slots)));
+            };
+            if std::mem::replace(&mut seen[r.slot as usize], true) {
+                return Err(misuse(format!("slot {} appears twice in one step", r.slot)));
+            }
+            if r.position as usize >= self.opts.max_seq {
+                return Err(misuse(format!("position {} is beyond the cache ({} positions per slot)", r.position, self.opts.max_seq)));
+            }
+            if r.position > *len {
+                return Err(misuse(format!("slot {} holds {len} positions; position {} would skip some", r.slot, r.position)));
+            }
+            if r.token as usize >= self.cfg.vocab {
+                return Err(misuse(format!("token {} is outside the vocabulary ({})", r.token, self.cfg.vocab)));
+            }
+        }
+        Ok(bucket)
+    }
+
+    /// Checks the rows, captures their bucket if needed, stages them, and returns the step's op
+    /// (copies in, replay, copy out) with the bucket size.
+    fn stage(&mut self, rows: &[Row]) -> Result<(usize, impl DeviceOp<Output = ()> + '_)> {
+        let batch = self.check_rows(rows)?;
+        self.ensure(batch)?;
+        for r in rows {
+            self.filled[r.slot as usize] = r.position + 1;
+        }
+        self.last_rows = Some((batch, rows.len()));
+        let b = self.buckets.get_mut(&batch).ok_or_else(|| misuse("bucket vanished".into()))?;
+        b.write_rows(rows)?;
+        let Bucket { buf, graph, in_tokens, in_slots, in_positions, out_next, .. } = b;
+        let op = value(())
+            .and_then_with_context(move |(), ctx| {
+                let s = ctx.stream();
+                in_tokens.copy_to_device_async(s, &mut buf.tokens)?;
+                in_slots.copy_to_device_async(s, &mut buf.slots)?;
+                in_positions.copy_to_device_async(s, &mut buf.positions)?;
+                Ok(&buf.next)
+            })
+            .then(move |next| graph.launch().map(move |()| next))
+            .and_then_with_context(move |next, ctx| Ok(out_next.copy_from_device_async(ctx.stream(), next)?));
+        Ok((rows.len(), op))
+    }
+
+    fn read_next(&self, n: usize) -> Result<Vec<u32>> {
+        let (batch, _) = self.last_rows.ok_or_else(|| misuse("no step has run".into()))?;
+        let b = self.buckets.get(&batch).ok_or_else(|| misuse("bucket evicted".into()))?;
+        Ok(b.out_next.as_slice()?[..n].to_vec())
+    }
+
+    /// Runs one decode step for `rows` (one replay of their bucket's graph) and returns the
+    /// greedy next token of each row, blocking until it is ready.
+    ///
+    /// # Errors
+    /// [`DeviceError::Shape`] for rows that break the rules of [`Row`] (or more rows than the
+    /// largest bucket); capture, copy and driver errors.
+    pub fn step(&mut self, rows: &[Row]) -> Result<Vec<u32>> {
+        let stream = self.stream.clone();
+        let (n, op) = self.stage(rows)?;
+        op.sync_on(&stream)?;
+        self.read_next(n)
+    }
+
+    /// [`LlamaModel::step`] that resolves once the tokens are ready, without blocking the
+    /// executor thread.
+    ///
+    /// # Errors
+    /// As for [`LlamaModel::step`].
+    pub async fn step_async(&mut self, rows: &[Row]) -> Result<Vec<u32>> {
+        let stream = self.stream.clone();
+        let (n, op) = self.stage(rows)?;
+        op.on(&stream).await?;
+        self.read_next(n)
+    }
+
+    /// [`LlamaModel::step`] without the graph: the same device work launched kernel by kernel
+    /// (for comparisons and timing). Uses (and captures, if needed) the rows' bucket buffers.
+    ///
+    /// # Errors
+    /// As for [`LlamaModel::step`].
+    pub fn step_eager(&mut self, rows: &[Row]) -> Result<Vec<u32>> {
+        let batch = self.check_rows(rows)?;
+        self.ensure(batch)?;
+        for r in rows {
+            self.filled[r.slot as usize] = r.position + 1;
+        }
+        self.last_rows = Some((batch, rows.len()));
+        let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, stream, buckets, .. } = self;
+        let b = buckets.get_mut(&batch).ok_or_else(|| misuse("bucket vanished".into()))?;
+        b.write_rows(rows)?;
+        b.in_tokens.copy_to_device_async(stream, &mut b.buf.tokens)?;
+        b.in_slots.copy_to_device_async(stream, &mut b.buf.slots)?;
+        b.in_positions.copy_to_device_async(stream, &mut b.buf.positions)?;
+        DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut b.buf, blas, kernels }.sync_on(stream)?;
+        b.out_next.copy_from_device_async(stream, &b.buf.next)?;
+        Ok(b.out_next.as_slice()?[..rows.len()].to_vec())
+    }
+
+    /// The logits (`f32`, `[rows][vocab]`) of the last step's rows.
+    ///
+    /// # Errors
+    /// No step has run yet, or its bucket was evicted since; copy errors.
+    pub fn last_logits(&self) -> Result<Vec<f32>> {
+        let (batch, n) = self.last_rows.ok_or_else(|| misuse("no step has run".into()))?;
+        let b = self.buckets.get(&batch).ok_or_else(|| misuse("bucket evicted".into()))?;
+        let mut all = vec![0f32; b.buf.logits.len()];
+        b.buf.logits.copy_to_host(&self.stream, &mut all)?;
+        all.truncate(n * self.cfg.vocab);
+        Ok(all)
+    }
+
+    /// Feeds `tokens` to `slot` from position 0, one step per token (the prompt, teacher-forced),
+    /// and returns each step's logits (`[tokens.len()][vocab]`). The slot is reset first.
+    ///
+    /// # Errors
+    /// As for [`LlamaModel::step`].
+    pub fn forced_logits(&mut self, slot: u32, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        self.release_slot(slot)?;
+        let mut out = Vec::with_capacity(tokens.len());
+        for (p, &t) in tokens.iter().enumerate() {
+            self.step(&[Row { slot, position: p as u32, token: t }])?;
+            out.push(self.last_logits()?);
+        }
+        Ok(out)
+    }
+
+    /// Greedy generation in `slot`: feeds the prompt, then `n` tokens chosen by argmax; returns
+    /// the generated tokens. The slot is reset first.
+    ///
+    /// # Errors
+    /// An empty prompt, a prompt plus `n` longer than the cache, and as for [`LlamaModel::step`].
+    pub fn generate(&mut self, slot: u32, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
+        if prompt.is_empty() || prompt.len() + n > self.opts.max_seq {
+            return Err(misuse(format!(
+                "a prompt of {} tokens plus {n} generated does not fit {} positions (or the prompt is empty)",
+                prompt.len(),
+                self.opts.max_seq
+            )));
+        }
+        self.release_slot(slot)?;
+        let mut next = 0;
+        for (p, &t) in prompt.iter().enumerate() {
+            next = self.step(&[Row { slot, position: p as u32, token: t }])?[0];
+        }
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            out.push(next);
+            if i + 1 < n {
+                next = self.step(&[Row { slot, position: (prompt.len() + i) as u32, token: next }])?[0];
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Module for LlamaModel {
+    /// The rows of one decode step.
+    type Input = Vec<Row>;
+    /// The greedy next token of each row.
+    type Output = Vec<u32>;
+
+    fn forward(&mut self, input: Vec<Row>) -> Result<Vec<u32>> {
+        self.step(&input)
+    }
+
+    async fn forward_async(&mut self, input: Vec<Row>) -> Result<Vec<u32>> {
+        self.step_async(&input).await
+    }
+}

@@ -1,0 +1,148 @@
+//! One decode step of a batch as a [`DeviceOp`]: embedding, the layers, the output projection
+//! and the greedy argmax, over preallocated buffers. Captured once per batch-size bucket by the
+//! graph cache ([`super::model`]), run eagerly for the warm-up before each capture.
+
+use super::config::LlamaConfig;
+use super::weights::DeviceWeights;
+use cuda_async::{DeviceOp, ExecutionContext, GraphNode, Result};
+use cuda_core::blas::{Blas, Linear};
+use cuda_core::{DeviceBuffer, Stream};
+use half::bf16;
+use kernels::llama::{AttnShape, LlamaKernels, INACTIVE};
+
+/// The key/value cache of every layer: `[slots][kv_heads][max_seq][head_dim]` per layer.
+pub struct KvCache {
+    pub(crate) k: Vec<DeviceBuffer<bf16>>,
+    pub(crate) v: Vec<DeviceBuffer<bf16>>,
+    pub(crate) slots: usize,
+    pub(crate) max_seq: usize,
+}
+
+impl KvCache {
+    /// A zeroed cache for `slots` sequences of up to `max_seq` positions, on `stream`.
+    pub(crate) fn new(stream: &Stream, cfg: &LlamaConfig, slots: usize, max_seq: usize) -> cuda_core::Result<KvCache> {
+        let len = slots
+            .checked_mul(cfg.kv_heads * max_seq * cfg.head_dim)
+            .filter(|&n| n <= u32::MAX as usize * 4)
+            .ok_or_else(|| cuda_core::Error::InvalidArgument(format!("a KV cache of {slots} x {max_seq} positions is too large")))?;
+        let mut k = Vec::with_capacity(cfg.layers);
+        let mut v = Vec::with_capacity(cfg.layers);
+        for _ in 0..cfg.layers {
+            k.push(DeviceBuffer::zeros(stream, len)?);
+            v.push(DeviceBuffer::zeros(stream, len)?);
+        }
+        Ok(KvCache { k, v, slots, max_seq })
+    }
+
+    /// Bytes of device memory the cache takes.
+    pub fn bytes(&self) -> usize {
+        self.k.iter().chain(&self.v).map(DeviceBuffer::size_bytes).sum()
+    }
+}
+
+/// The device buffers of one batch-size bucket: inputs (`tokens`, `slots`, `positions`), the
+/// activations, the logits and the chosen tokens.
+pub struct StepBuffers {
+    pub(crate) batch: usize,
+    pub(crate) tokens: DeviceBuffer<u32>,
+    /// Written only by the model from host-checked values: real slots distinct, the rest
+    /// [`INACTIVE`] (the contract of [`LlamaKernels::rope_attention`]).
+    pub(crate) slots: DeviceBuffer<u32>,
+    pub(crate) positions: DeviceBuffer<u32>,
+    h: DeviceBuffer<bf16>,
+    xn: DeviceBuffer<bf16>,
+    qkv: DeviceBuffer<bf16>,
+    attn: DeviceBuffer<bf16>,
+    gu: DeviceBuffer<bf16>,
+    act: DeviceBuffer<bf16>,
+    pub(crate) logits: DeviceBuffer<f32>,
+    pub(crate) next: DeviceBuffer<u32>,
+}
+
+impl StepBuffers {
+    /// Buffers for `batch` rows, every row inactive.
+    pub(crate) fn new(stream: &Stream, cfg: &LlamaConfig, batch: usize) -> cuda_core::Result<StepBuffers> {
+        let z = |n: usize| DeviceBuffer::<bf16>::zeros(stream, batch * n);
+        Ok(StepBuffers {
+            batch,
+            tokens: DeviceBuffer::zeros(stream, batch)?,
+            slots: DeviceBuffer::filled(stream, batch, INACTIVE)?,
+            positions: DeviceBuffer::zeros(stream, batch)?,
+            h: z(cfg.hidden)?,
+            xn: z(cfg.hidden)?,
+            qkv: z(cfg.qkv_dim())?,
+            attn: z(cfg.attn_dim())?,
+            gu: z(2 * cfg.intermediate)?,
+            act: z(cfg.intermediate)?,
+            logits: DeviceBuffer::zeros(stream, batch * cfg.vocab)?,
+            next: DeviceBuffer::zeros(stream, batch)?,
+        })
+    }
+
+    /// Bytes of device memory these buffers take.
+    pub fn bytes(&self) -> usize {
+        let b16 = [&self.h, &self.xn, &self.qkv, &self.attn, &self.gu, &self.act];
+        let b32 = [&self.tokens, &self.slots, &self.positions, &self.next];
+        b16.iter().map(|b| b.size_bytes()).sum::<usize>()
+            + b32.iter().map(|b| b.size_bytes()).sum::<usize>()
+            + self.logits.size_bytes()
+    }
+}
+
+/// The device work of one decode step for the rows in `buf` (see the module docs). Per layer:
+/// RMSNorm, the stacked q/k/v GEMM, rotary + cache append + attention, the output GEMM added into
+/// the residual (cuBLAS `beta = 1`), RMSNorm, the stacked gate/up GEMM, SwiGLU, and the down
+/// GEMM added into the residual. 9 launches per layer, 4 more around them.
+pub(crate) struct DecodeStep<'a> {
+    pub cfg: &'a LlamaConfig,
+    pub w: &'a DeviceWeights,
+    pub inv_freq: &'a DeviceBuffer<f32>,
+    pub kv: &'a mut KvCache,
+    pub buf: &'a mut StepBuffers,
+    pub blas: &'a Blas,
+    pub kernels: &'static LlamaKernels,
+}
+
+impl DeviceOp for DecodeStep<'_> {
+    type Output = ();
+
+    fn execute(self, ctx: &ExecutionContext<'_>) -> Result<()> {
+        let DecodeStep { cfg, w, inv_freq, kv, buf, blas, kernels: k } = self;
+        let s = ctx.stream();
+        let (b, h, eps) = (buf.batch, cfg.hidden, cfg.rms_eps as f32);
+        let lin = |in_dim, out_dim, accumulate| Linear { rows: b, in_dim, out_dim, accumulate };
+        let shape = AttnShape {
+            batch: b as u32,
+            heads: cfg.heads as u32,
+            kv_heads: cfg.kv_heads as u32,
+            head_dim: cfg.head_dim as u32,
+            slots: kv.slots as u32,
+            max_seq: kv.max_seq as u32,
+            scale: 1.0 / (cfg.head_dim as f32).sqrt(),
+        };
+        k.embed(s, &buf.tokens, &w.embed, &mut buf.h, h)?;
+        for (l, lw) in w.layers.iter().enumerate() {
+            k.rmsnorm(s, &buf.h, &lw.attn_norm, &mut buf.xn, b, h, eps)?;
+            blas.linear(s, &buf.xn, &lw.wqkv, &mut buf.qkv, lin(h, cfg.qkv_dim(), false))?;
+            // SAFETY: `buf.slots` is written only by `LlamaModel` from host values it checked:
+            // real slots distinct and in range, every other row INACTIVE (see `StepBuffers`).
+            unsafe {
+                k.rope_attention(s, &buf.qkv, &mut kv.k[l], &mut kv.v[l], &buf.slots, &buf.positions, inv_freq, &mut buf.attn, shape)?;
+            }
+            blas.linear(s, &buf.attn, &lw.wo, &mut buf.h, lin(cfg.attn_dim(), h, true))?;
+            k.rmsnorm(s, &buf.h, &lw.mlp_norm, &mut buf.xn, b, h, eps)?;
+            blas.linear(s, &buf.xn, &lw.w_gate_up, &mut buf.gu, lin(h, 2 * cfg.intermediate, false))?;
+            k.silu_mul(s, &buf.gu, &mut buf.act, b, cfg.intermediate)?;
+            blas.linear(s, &buf.act, &lw.w_down, &mut buf.h, lin(cfg.intermediate, h, true))?;
+        }
+        k.rmsnorm(s, &buf.h, &w.final_norm, &mut buf.xn, b, h, eps)?;
+        blas.linear(s, &buf.xn, w.output(), &mut buf.logits, lin(h, cfg.vocab, false))?;
+        k.argmax(s, &buf.logits, &mut buf.next, cfg.vocab)?;
+        Ok(())
+    }
+}
+
+// SAFETY: `execute` queues only kernel launches and cuBLAS GEMMs over buffers that exist before
+// it runs; the GEMMs use the handle's preallocated workspace, so nothing is allocated, freed or
+// synchronised.
+unsafe impl GraphNode for DecodeStep<'_> {}

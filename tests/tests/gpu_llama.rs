@@ -1,0 +1,321 @@
+//! GPU suite of the Llama decoder (`models::llama`): the decode checked against Hugging Face
+//! transformers (`scripts/hf_llama_reference.py` builds the model from a config with a fixed seed,
+//! saves it as safetensors and writes f32 and bf16 reference logits and greedy tokens; run here
+//! unless `LLAMA_REF_DIR` points at its output), batching and padding, the graph cache's budget
+//! and eviction, refused inputs, the kernels' guards on device-side indices, and a cancelled
+//! step. Ignored without a GPU; fails without one when CUDA_ASYNC_REQUIRE_GPU=1.
+
+use cuda_async_tests::{ensure, Failed, Suite, TestResult};
+use cuda_core::{Device, DeviceBuffer, Stream};
+use half::bf16;
+use kernels::llama::{AttnShape, LlamaKernels, INACTIVE};
+use models::llama::{DeviceWeights, HostWeights, LlamaConfig, LlamaModel, ModelOptions, Row};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+fn stream() -> Result<Stream, Failed> {
+    Ok(Device::new(0)?.new_stream()?)
+}
+
+/// The reference directory: `LLAMA_REF_DIR`, or the script's output in a temporary directory
+/// (generated once per process).
+fn reference_dir() -> Result<PathBuf, Failed> {
+    if let Ok(d) = std::env::var("LLAMA_REF_DIR") {
+        return Ok(d.into());
+    }
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let rel = Path::new("scripts/hf_llama_reference.py");
+        let mut roots: Vec<PathBuf> = std::env::current_dir().map(|d| d.ancestors().map(Path::to_path_buf).collect()).unwrap_or_default();
+        roots.push(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+        let script = roots.iter().map(|r| r.join(rel)).find(|p| p.exists()).ok_or("scripts/hf_llama_reference.py not found from the current directory")?;
+        let out = std::env::temp_dir().join(format!("cuda-async-llama-ref-{}", std::process::id()));
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+        let res = std::process::Command::new(&python)
+            .arg(&script)
+            .args(["--out", &out.display().to_string(), "--shape", "small", "--steps", "16"])
+            .output()
+            .map_err(|e| format!("running {python} {}: {e}", script.display()))?;
+        if !res.status.success() {
+            return Err(format!(
+                "the Hugging Face reference script failed (it needs python3 with torch and transformers; or set LLAMA_REF_DIR): {}",
+                String::from_utf8_lossy(&res.stderr)
+            ));
+        }
+        eprintln!("{}", String::from_utf8_lossy(&res.stdout));
+        Ok(out)
+    })
+    .clone()
+    .map_err(Failed::from)
+}
+
+struct Reference {
+    prompts: Vec<Prompt>,
+    steps: usize,
+}
+
+struct Prompt {
+    prompt: Vec<u32>,
+    tokens: Vec<u32>,
+    generated: Vec<u32>,
+    margins: Vec<f64>,
+    bf16_err: f64,
+    f32_logits: Vec<f32>,
+}
+
+fn load_reference(dir: &Path) -> Result<Reference, Failed> {
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json"))?)?;
+    let bytes = std::fs::read(dir.join("logits.safetensors"))?;
+    let st = safetensors::SafeTensors::deserialize(&bytes)?;
+    let u32s = |v: &serde_json::Value| -> Vec<u32> { v.as_array().into_iter().flatten().filter_map(|x| x.as_u64()).map(|x| x as u32).collect() };
+    let mut prompts = Vec::new();
+    for (i, p) in json["prompts"].as_array().ok_or("reference.json: no prompts")?.iter().enumerate() {
+        let t = st.tensor(&format!("p{i}.f32"))?;
+        let f32_logits = t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        prompts.push(Prompt {
+            prompt: u32s(&p["prompt"]),
+            tokens: u32s(&p["tokens"]),
+            generated: u32s(&p["generated"]),
+            margins: p["margins"].as_array().into_iter().flatten().filter_map(|x| x.as_f64()).collect(),
+            bf16_err: p["bf16_max_abs_err"].as_f64().ok_or("no bf16 error")?,
+            f32_logits,
+        });
+    }
+    Ok(Reference { prompts, steps: json["steps"].as_u64().unwrap_or(0) as usize })
+}
+
+fn max_abs(a: &[f32], b: &[f32]) -> f64 {
+    if a.len() != b.len() {
+        return f64::INFINITY;
+    }
+    a.iter().zip(b).map(|(&x, &y)| (f64::from(x) - f64::from(y)).abs()).fold(0.0, |m, d| if d.is_nan() { f64::INFINITY } else { m.max(d) })
+}
+
+fn hf_model(dir: &Path, s: &Stream) -> Result<LlamaModel, Failed> {
+    let cfg = LlamaConfig::from_hf_json(&std::fs::read_to_string(dir.join("config.json"))?)?;
+    ensure(cfg == LlamaConfig::small(), format!("the script's config differs from LlamaConfig::small(): {cfg:?}"))?;
+    let w = HostWeights::from_safetensors(&dir.join("model.safetensors"), &cfg)?.upload(s)?;
+    Ok(LlamaModel::new(s, cfg, w, ModelOptions { slots: 8, max_seq: 64, buckets: vec![1, 2, 4, 8], ..Default::default() })?)
+}
+
+/// Teacher-forced logits match the f32 reference within the error of PyTorch's own bf16 run,
+/// one sequence at a time and all three batched together (different lengths, padded bucket);
+/// greedy generation gives Hugging Face's tokens wherever the reference's top-2 margin is clear;
+/// the awaited step gives the blocking step's tokens.
+fn hf_reference_small() -> TestResult {
+    let dir = reference_dir()?;
+    let r = load_reference(&dir)?;
+    let s = stream()?;
+    let mut m = hf_model(&dir, &s)?;
+    let vocab = m.config().vocab;
+    let (mut forced_checked, mut free_checked, mut positions) = (0, 0, 0);
+    let argmax = |l: &[f32]| (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b });
+    for (i, p) in r.prompts.iter().enumerate() {
+        let ids = &p.tokens[..p.tokens.len() - 1];
+        let ours: Vec<f32> = m.forced_logits(i as u32, ids)?.concat();
+        let err = max_abs(&ours, &p.f32_logits);
+        eprintln!("prompt {i}: ours vs f32 max |err| {err:.4e}; PyTorch bf16 vs f32 {:.4e}", p.bf16_err);
+        ensure(err <= p.bf16_err, format!("prompt {i}: logits error {err:.4e} exceeds PyTorch bf16's {:.4e}", p.bf16_err))?;
+        // Teacher-forced: at every position whose reference margin is clear, the same argmax.
+        for t in 0..ids.len() {
+            positions += 1;
+            if p.margins[t] <= 2.0 * p.bf16_err {
+                continue;
+            }
+            let (a, b) = (argmax(&ours[t * vocab..(t + 1) * vocab]), argmax(&p.f32_logits[t * vocab..(t + 1) * vocab]));
+            ensure(a == b, format!("prompt {i} position {t}: argmax {a} vs the reference's {b} (margin {:.3e})", p.margins[t]))?;
+            forced_checked += 1;
+        }
+        // Free-running greedy generation: identical until a step where the reference's margin is
+        // unclear (where a bf16 run may legitimately choose the runner-up and then diverge).
+        let gen = m.generate(i as u32, &p.prompt, r.steps)?;
+        for t in 0..r.steps {
+            let margin = p.margins[p.prompt.len() - 1 + t];
+            if gen[t] != p.generated[t] {
+                ensure(margin <= 2.0 * p.bf16_err, format!("prompt {i} step {t}: token {} vs Hugging Face's {} with a clear margin {margin:.3e} ({gen:?} vs {:?})", gen[t], p.generated[t], p.generated))?;
+                eprintln!("prompt {i}: diverged at step {t} where the margin {margin:.2e} is unclear");
+                break;
+            }
+            free_checked += 1;
+        }
+    }
+    eprintln!("argmax equal at {forced_checked} of {positions} teacher-forced positions (the others have unclear margins); {free_checked} free-running tokens identical");
+    ensure(2 * forced_checked >= positions, format!("only {forced_checked} of {positions} positions had a clear margin"))?;
+    ensure(free_checked >= r.steps, format!("only {free_checked} free-running tokens compared"))?;
+
+    // All prompts at once: rows join as their positions begin (different lengths), slots 4..7.
+    let longest = r.prompts.iter().map(|p| p.tokens.len() - 1).max().unwrap_or(0);
+    let mut batched: Vec<Vec<f32>> = vec![Vec::new(); r.prompts.len()];
+    for sl in 4..7 {
+        m.release_slot(sl)?;
+    }
+    for t in 0..longest {
+        let rows: Vec<(usize, Row)> = r
+            .prompts
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| t < p.tokens.len() - 1)
+            .map(|(i, p)| (i, Row { slot: 4 + i as u32, position: t as u32, token: p.tokens[t] }))
+            .collect();
+        let just: Vec<Row> = rows.iter().map(|x| x.1).collect();
+        m.step(&just)?;
+        let l = m.last_logits()?;
+        for (k, (i, _)) in rows.iter().enumerate() {
+            batched[*i].extend_from_slice(&l[k * vocab..(k + 1) * vocab]);
+        }
+    }
+    for (i, p) in r.prompts.iter().enumerate() {
+        let err = max_abs(&batched[i], &p.f32_logits);
+        ensure(err <= p.bf16_err, format!("batched prompt {i}: error {err:.4e} > {:.4e}", p.bf16_err))?;
+    }
+
+    // Awaited steps give the blocking steps' tokens.
+    let p = &r.prompts[1];
+    let blocking = m.generate(0, &p.prompt, 8)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let awaited = rt.block_on(async {
+        m.release_slot(0)?;
+        let mut next = 0;
+        for (pos, &tok) in p.prompt.iter().enumerate() {
+            next = m.step_async(&[Row { slot: 0, position: pos as u32, token: tok }]).await?[0];
+        }
+        let mut out = vec![next];
+        for k in 0..7 {
+            next = m.step_async(&[Row { slot: 0, position: (p.prompt.len() + k) as u32, token: next }]).await?[0];
+            out.push(next);
+        }
+        Ok::<_, cuda_async::DeviceError>(out)
+    })?;
+    ensure(awaited == blocking, format!("awaited {awaited:?} vs blocking {blocking:?}"))
+}
+
+fn random_model(s: &Stream, opts: ModelOptions) -> Result<LlamaModel, Failed> {
+    let cfg = LlamaConfig::small();
+    let w = DeviceWeights::random(s, &cfg, 11, 0.05)?;
+    Ok(LlamaModel::new(s, cfg, w, opts)?)
+}
+
+/// A one-byte budget keeps one bucket: each new bucket evicts the last, a recaptured bucket gives
+/// bit-identical logits, and a row's logits do not depend on the rows padded around it.
+fn graph_cache_budget_and_padding() -> TestResult {
+    let s = stream()?;
+    let opts = ModelOptions { slots: 8, max_seq: 32, buckets: vec![1, 4, 8], graph_budget_bytes: 1 };
+    let mut m = random_model(&s, opts)?;
+    let row = |slot, token| Row { slot, position: 0, token };
+    m.step(&[row(0, 5)])?;
+    let alone = m.last_logits()?;
+    ensure(m.buckets().len() == 1 && m.evictions() == 0, "one bucket")?;
+    m.step(&[row(1, 9), row(0, 5), row(2, 77)])?; // bucket 4: three rows and a padding row
+    let l = m.last_logits()?;
+    let v = m.config().vocab;
+    ensure(m.evictions() == 1 && m.buckets().iter().map(|b| b.batch).collect::<Vec<_>>() == vec![4], "bucket 1 evicted")?;
+    let d = max_abs(&alone, &l[v..2 * v]);
+    ensure(d <= 2e-2, format!("the same row alone and in a padded batch differ by {d}"))?;
+    m.step(&[row(0, 5)])?; // recapture bucket 1
+    ensure(m.evictions() == 2, "bucket 4 evicted")?;
+    ensure(m.last_logits()? == alone, "a recaptured bucket reproduces its logits exactly")?;
+    for b in m.buckets() {
+        eprintln!("bucket {}: buffers {} B, graph {} B, capture {:.2} ms", b.batch, b.buffer_bytes, b.graph_bytes, b.capture_ms);
+    }
+    // Unlimited budget: all buckets stay.
+    let mut all = random_model(&s, ModelOptions { slots: 8, max_seq: 32, buckets: vec![1, 4, 8], ..Default::default() })?;
+    all.capture_all()?;
+    ensure(all.buckets().len() == 3 && all.evictions() == 0, "all buckets kept")
+}
+
+/// Every broken rule is an error before anything runs, and the model keeps working after.
+fn refusals() -> TestResult {
+    let s = stream()?;
+    let mut m = random_model(&s, ModelOptions { slots: 4, max_seq: 8, buckets: vec![1, 2], ..Default::default() })?;
+    let r = |slot, position, token| Row { slot, position, token };
+    let bad: Vec<(&str, Vec<Row>)> = vec![
+        ("no rows", vec![]),
+        ("duplicate slot", vec![r(0, 0, 1), r(0, 0, 2)]),
+        ("slot out of range", vec![r(4, 0, 1)]),
+        ("position skips", vec![r(1, 1, 1)]),
+        ("position beyond cache", vec![r(1, 8, 1)]),
+        ("token outside vocabulary", vec![r(1, 0, 2048)]),
+        ("more rows than the largest bucket", vec![r(0, 0, 1), r(1, 0, 1), r(2, 0, 1)]),
+    ];
+    for (what, rows) in bad {
+        ensure(m.step(&rows).is_err(), format!("{what} was accepted"))?;
+    }
+    ensure(m.generate(0, &[1; 6], 3).is_err(), "a prompt plus generation longer than the cache was accepted")?;
+    ensure(m.generate(0, &[], 3).is_err(), "an empty prompt was accepted")?;
+    let a = m.generate(0, &[1, 2, 3], 4)?;
+    let b = m.generate(1, &[1, 2, 3], 4)?;
+    ensure(a == b && a.len() == 4, format!("after refusals: {a:?} vs {b:?}"))
+}
+
+/// Out-of-range token ids, slots and positions in device memory give NaN rows (inactive rows
+/// zeros) and never touch the cache (memcheck checks there is no out-of-bounds access).
+fn kernel_guards() -> TestResult {
+    let s = stream()?;
+    let k = LlamaKernels::get(s.device())?;
+    let (hidden, vocab) = (64, 10);
+    let table = DeviceBuffer::from_host(&s, &vec![bf16::ONE; vocab * hidden])?;
+    let tokens = DeviceBuffer::from_host(&s, &[3u32, 10, u32::MAX])?;
+    let mut h = DeviceBuffer::<bf16>::zeros(&s, 3 * hidden)?;
+    k.embed(&s, &tokens, &table, &mut h, hidden)?;
+    let hv = h.to_vec()?;
+    ensure(hv[..hidden].iter().all(|&v| v == bf16::ONE), "valid row")?;
+    ensure(hv[hidden..].iter().all(|v| v.is_nan()), "out-of-range tokens give NaN rows")?;
+
+    let shape = AttnShape { batch: 4, heads: 4, kv_heads: 2, head_dim: 32, slots: 2, max_seq: 4, scale: 0.2 };
+    let qkv = DeviceBuffer::from_host(&s, &vec![bf16::from_f32(0.5); 4 * shape.qkv_row()])?;
+    let mut kc = DeviceBuffer::<bf16>::zeros(&s, shape.cache_len())?;
+    let mut vc = DeviceBuffer::<bf16>::zeros(&s, shape.cache_len())?;
+    let slots = DeviceBuffer::from_host(&s, &[2u32, INACTIVE, 1, 0])?;
+    let positions = DeviceBuffer::from_host(&s, &[0u32, 0, 4, u32::MAX])?;
+    let inv = DeviceBuffer::from_host(&s, &[0.1f32; 16])?;
+    let mut out = DeviceBuffer::<bf16>::zeros(&s, 4 * 4 * 32)?;
+    // SAFETY: the real slots (2, 1, 0) are distinct; all of them are out of range or paired with
+    // an out-of-range position, which is what this test checks.
+    unsafe { k.rope_attention(&s, &qkv, &mut kc, &mut vc, &slots, &positions, &inv, &mut out, shape)? };
+    let o = out.to_vec()?;
+    ensure(o[..128].iter().all(|v| v.is_nan()), "slot out of range: NaN")?;
+    ensure(o[128..256].iter().all(|&v| v == bf16::ZERO), "inactive row: zeros")?;
+    ensure(o[256..].iter().all(|v| v.is_nan()), "positions out of range: NaN")?;
+    ensure(kc.to_vec()?.iter().chain(vc.to_vec()?.iter()).all(|&v| v == bf16::ZERO), "the caches were not touched")
+}
+
+/// A step whose future is dropped after its first poll (the work is queued) leaves the model
+/// consistent: the sequence re-fed from that position generates exactly the uncancelled tokens.
+fn cancelled_step_keeps_slots_intact() -> TestResult {
+    let s = stream()?;
+    let mut m = random_model(&s, ModelOptions { slots: 4, max_seq: 32, buckets: vec![1, 2], ..Default::default() })?;
+    let prompt = [7u32, 100, 3, 42];
+    let want = m.generate(2, &prompt, 8)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let got = rt.block_on(async {
+        m.release_slot(2)?;
+        for (pos, &tok) in prompt.iter().enumerate() {
+            // Start the step, poll it once, drop it (cancelled), then run it again.
+            {
+                let rows = [Row { slot: 2, position: pos as u32, token: tok }];
+                let fut = m.step_async(&rows);
+                let mut fut = std::pin::pin!(fut);
+                let _ = futures::poll!(fut.as_mut());
+            }
+            m.step_async(&[Row { slot: 2, position: pos as u32, token: tok }]).await?;
+        }
+        let mut next = m.step_async(&[Row { slot: 2, position: 3, token: prompt[3] }]).await?[0];
+        let mut out = vec![next];
+        for k in 0..7 {
+            next = m.step_async(&[Row { slot: 2, position: (prompt.len() + k) as u32, token: next }]).await?[0];
+            out.push(next);
+        }
+        Ok::<_, cuda_async::DeviceError>(out)
+    })?;
+    ensure(got == want, format!("after cancellations {got:?} vs {want:?}"))
+}
+
+fn main() {
+    let mut s = Suite::new();
+    s.gpu("hf_reference_small", hf_reference_small)
+        .gpu("graph_cache_budget_and_padding", graph_cache_budget_and_padding)
+        .gpu("refusals", refusals)
+        .gpu("kernel_guards", kernel_guards)
+        .gpu("cancelled_step_keeps_slots_intact", cancelled_step_keeps_slots_intact);
+    s.run()
+}

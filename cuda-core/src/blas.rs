@@ -81,12 +81,14 @@ impl Linear {
     /// `x = rows * in_dim`, `w = out_dim * in_dim`, `y = rows * out_dim`.
     fn check(&self, x: usize, w: usize, y: usize) -> Result<(i32, i32, i32)> {
         let dim = |v: usize| {
-            i32::try_from(v).map_err(|_| Error::InvalidArgument(format!("cuBLAS product {self:?}: {v} exceeds i32::MAX")))
+            i32::try_from(v)
+                .map_err(|_| Error::InvalidArgument(format!("cuBLAS product {self:?}: {v} exceeds i32::MAX")))
         };
         let (rows, k, n) = (dim(self.rows)?, dim(self.in_dim)?, dim(self.out_dim)?);
         let mul = |a: usize, b: usize| {
-            a.checked_mul(b)
-                .ok_or_else(|| Error::InvalidArgument(format!("cuBLAS product {self:?}: {a} * {b} overflows")))
+            a.checked_mul(b).ok_or_else(|| {
+                Error::InvalidArgument(format!("cuBLAS product {self:?}: {a} * {b} overflows"))
+            })
         };
         for (during, expected, actual) in [
             ("cuBLAS product: x must hold rows * in_dim elements", mul(self.rows, self.in_dim)?, x),
@@ -135,7 +137,12 @@ fn load() -> Result<()> {
 }
 
 fn take_handle(device: &Device) -> Result<Handle> {
-    let pooled = POOL.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).get_mut(&device.ordinal()).and_then(Vec::pop);
+    let pooled = POOL
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .get_mut(&device.ordinal())
+        .and_then(Vec::pop);
     if let Some(h) = pooled {
         return Ok(h);
     }
@@ -215,7 +222,10 @@ impl Blas {
         ];
         let (xp, wp, yp, ws) = (x.device_ptr(), w.device_ptr(), y.device_ptr(), self.workspace.device_ptr());
         let guard = self.handle.lock().unwrap_or_else(|e| e.into_inner());
-        let handle = guard.as_ref().map(|h| h.0).ok_or_else(|| Error::InvalidArgument("cuBLAS handle already released".into()))?;
+        let handle = guard
+            .as_ref()
+            .map(|h| h.0)
+            .ok_or_else(|| Error::InvalidArgument("cuBLAS handle already released".into()))?;
         // SAFETY: the closure queues only cuBLAS work on the raw stream: one GEMM that reads
         // x[0..rows*k] and w[0..n*k] and writes y[0..rows*n] (lengths checked above), plus the
         // workspace, all listed in `uses` with their access; `y` is borrowed mutably and the
@@ -223,7 +233,10 @@ impl Blas {
         // cuBLAS allocates nothing; it calls nothing of this crate and does not block.
         unsafe {
             stream.enqueue_external(&uses, |raw| {
-                check(sys::cublasSetStream_v2(handle, raw as sys::cudaStream_t), "binding a cuBLAS handle to a stream")?;
+                check(
+                    sys::cublasSetStream_v2(handle, raw as sys::cudaStream_t),
+                    "binding a cuBLAS handle to a stream",
+                )?;
                 check(
                     sys::cublasSetWorkspace_v2(handle, ws as *mut c_void, WORKSPACE_BYTES),
                     "setting the cuBLAS workspace",

@@ -47,31 +47,49 @@ extern "C" __global__ void embed_bf16(const unsigned* tokens, const bf16_t* tabl
 }
 
 // out[r][:] = bf16(w * bf16(x[r] / rms(x[r]))), as Hugging Face's LlamaRMSNorm. One block per row
-// (grid.x = rows, any multiple of 32 threads up to 1024).
+// (grid.x = rows, 256 threads); hidden is a multiple of 8 (16-byte vectors), at most 256 * 8 * 4.
+#define NORM_VEC 4
 extern "C" __global__ void rmsnorm_bf16(const bf16_t* x, const bf16_t* w, bf16_t* out, unsigned rows,
                                         unsigned hidden, float eps) {
     __shared__ float partial[32];
     unsigned r = blockIdx.x;
     if (r >= rows) return;
-    const bf16_t* xr = x + (size_t)r * hidden;
+    const uint4* xr = (const uint4*)(x + (size_t)r * hidden);
+    unsigned nvec = hidden / 8;
+    uint4 v[NORM_VEC];
     float ss = 0.f;
-    for (unsigned i = threadIdx.x; i < hidden; i += blockDim.x) {
-        float v = bf2f(xr[i]);
-        ss += v * v;
+#pragma unroll
+    for (unsigned k = 0; k < NORM_VEC; ++k) {
+        unsigned i = threadIdx.x + k * blockDim.x;
+        v[k] = i < nvec ? xr[i] : make_uint4(0, 0, 0, 0);
+        const bf16_t* e = (const bf16_t*)&v[k];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ss += bf2f(e[j]) * bf2f(e[j]);
     }
     ss = warp_sum(ss);
     unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     if (lane == 0) partial[warp] = ss;
     __syncthreads();
     if (warp == 0) {
-        float v = lane < warps ? partial[lane] : 0.f;
-        v = warp_sum(v);
-        if (lane == 0) partial[0] = v;
+        float t = lane < warps ? partial[lane] : 0.f;
+        t = warp_sum(t);
+        if (lane == 0) partial[0] = t;
     }
     __syncthreads();
     float inv = rsqrtf(partial[0] / (float)hidden + eps);
-    for (unsigned i = threadIdx.x; i < hidden; i += blockDim.x) {
-        out[(size_t)r * hidden + i] = f2bf(bf2f(w[i]) * round_bf(bf2f(xr[i]) * inv));
+    const uint4* wv = (const uint4*)w;
+    uint4* o = (uint4*)(out + (size_t)r * hidden);
+#pragma unroll
+    for (unsigned k = 0; k < NORM_VEC; ++k) {
+        unsigned i = threadIdx.x + k * blockDim.x;
+        if (i >= nvec) break;
+        uint4 wk = wv[i], res;
+        const bf16_t* e = (const bf16_t*)&v[k];
+        const bf16_t* we = (const bf16_t*)&wk;
+        bf16_t* re = (bf16_t*)&res;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) re[j] = f2bf(bf2f(we[j]) * round_bf(bf2f(e[j]) * inv));
+        o[i] = res;
     }
 }
 
@@ -101,38 +119,49 @@ struct AttnShape {
 
 #define MAX_GROUP 8
 #define MAX_HD 128
-#define ATTN_WARPS 8
+#define ATTN_WARPS 4
+#define ATTN_SPLITS 16
 
-// One block per (kv head, row): applies the rotary embedding to the row's new key and to the
-// group of queries that share that key/value head, appends key and value to the cache at
-// (slots[b], positions[b]), then attends each query over cache positions 0..=positions[b] with
-// an online softmax (f32), writing out[b][head][:] in bf16.
+// Split-K decode attention (as flash-decoding): block (kv head, row, split z) handles one slice of
+// the row's positions 0..=pos. Every block rotates the row's queries of that key/value head and
+// its new key (position pos, which no block reads from the cache: the new key and value are used
+// from shared memory), split 0 appends key and value to the cache at (slots[b], pos), each block
+// writes its softmax partial (max, sum, weighted values) to `partial`, and the last block of the
+// (row, head) to finish — counted in `counters`, which it resets — combines the partials into
+// out[b][head][:] in bf16.
 //
 // qkv[b] = [q (heads*hd) | k (kv_heads*hd) | v (kv_heads*hd)] (one GEMM over the stacked
 // weights); caches k_cache/v_cache[slot][kv_head][pos][hd]; inv_freq[hd/2] the rotary
-// frequencies. Slot 0xffffffff marks an inactive row (zero output); any other slot >= slots or a
-// position >= max_seq writes nothing to the cache and NaN to the row's output. Block: ATTN_WARPS * 32 threads.
+// frequencies; partial[batch][kv_heads][ATTN_SPLITS][group * (hd + 2)]; counters[batch][kv_heads]
+// (zero between launches). Slot 0xffffffff marks an inactive row (zero output); any other slot
+// >= slots or a position >= max_seq writes nothing to the cache and NaN to the row's output.
+// Block: ATTN_WARPS * 32 threads; grid (kv_heads, batch, ATTN_SPLITS).
 extern "C" __global__ void rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache,
                                                const unsigned* slots, const unsigned* positions,
-                                               const float* inv_freq, bf16_t* out, AttnShape s) {
+                                               const float* inv_freq, bf16_t* out, float* partial,
+                                               unsigned* counters, AttnShape s) {
     __shared__ float q_s[MAX_GROUP][MAX_HD];
+    __shared__ float kn_s[MAX_HD], vn_s[MAX_HD];
     __shared__ float m_s[ATTN_WARPS][MAX_GROUP];
     __shared__ float l_s[ATTN_WARPS][MAX_GROUP];
     __shared__ float acc_s[ATTN_WARPS][MAX_GROUP][MAX_HD];
+    __shared__ bool last_s;
 
-    unsigned kvh = blockIdx.x, b = blockIdx.y;
-    if (kvh >= s.kv_heads || b >= s.batch) return;
+    unsigned kvh = blockIdx.x, b = blockIdx.y, z = blockIdx.z;
+    if (kvh >= s.kv_heads || b >= s.batch || z >= ATTN_SPLITS) return;
     unsigned hd = s.head_dim, half = hd / 2, group = s.heads / s.kv_heads;
     unsigned qkv_row = (s.heads + 2 * s.kv_heads) * hd;
     const bf16_t* row = qkv + (size_t)b * qkv_row;
     unsigned slot = slots[b], pos = positions[b];
     bf16_t* o = out + (size_t)b * s.heads * hd + (size_t)kvh * group * hd;
     if (slot == 0xffffffffu) { // an inactive (padding) row: zeros, no cache access
-        for (unsigned i = threadIdx.x; i < group * hd; i += blockDim.x) o[i] = 0;
+        if (z == 0)
+            for (unsigned i = threadIdx.x; i < group * hd; i += blockDim.x) o[i] = 0;
         return;
     }
     if (slot >= s.slots || pos >= s.max_seq) {
-        for (unsigned i = threadIdx.x; i < group * hd; i += blockDim.x) o[i] = NAN_BF16;
+        if (z == 0)
+            for (unsigned i = threadIdx.x; i < group * hd; i += blockDim.x) o[i] = NAN_BF16;
         return;
     }
     size_t head_base = ((size_t)slot * s.kv_heads + kvh) * s.max_seq * hd;
@@ -148,42 +177,62 @@ extern "C" __global__ void rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cach
         }
         const bf16_t* k = row + (size_t)s.heads * hd + (size_t)kvh * hd;
         float k1 = bf2f(k[i]), k2 = bf2f(k[i + half]);
-        k_cache[head_base + (size_t)pos * hd + i] = f2bf(k1 * c - k2 * sn);
-        k_cache[head_base + (size_t)pos * hd + i + half] = f2bf(k2 * c + k1 * sn);
+        kn_s[i] = round_bf(k1 * c - k2 * sn);
+        kn_s[i + half] = round_bf(k2 * c + k1 * sn);
     }
     const bf16_t* v = row + (size_t)(s.heads + s.kv_heads) * hd + (size_t)kvh * hd;
-    for (unsigned i = threadIdx.x; i < hd; i += blockDim.x) v_cache[head_base + (size_t)pos * hd + i] = v[i];
+    for (unsigned i = threadIdx.x; i < hd; i += blockDim.x) vn_s[i] = bf2f(v[i]);
     __syncthreads();
+    if (z == 0) {
+        for (unsigned i = threadIdx.x; i < hd; i += blockDim.x) {
+            k_cache[head_base + (size_t)pos * hd + i] = f2bf(kn_s[i]);
+            v_cache[head_base + (size_t)pos * hd + i] = f2bf(vn_s[i]);
+        }
+    }
 
+    unsigned len = pos + 1, chunk = (len + ATTN_SPLITS - 1) / ATTN_SPLITS;
+    unsigned lo = min(len, z * chunk), hi = min(len, lo + chunk);
     unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    unsigned per_lane = hd / 32; // dims per lane: lane handles d = lane + 32 * j
+    unsigned per_lane = hd / 32; // lane handles d = lane + 32 * j
     float m[MAX_GROUP], l[MAX_GROUP], acc[MAX_GROUP][MAX_HD / 32];
+#pragma unroll
     for (unsigned g = 0; g < MAX_GROUP; ++g) {
         m[g] = -INFINITY;
         l[g] = 0.f;
+#pragma unroll
         for (unsigned j = 0; j < MAX_HD / 32; ++j) acc[g][j] = 0.f;
     }
-    for (unsigned p = warp; p <= pos; p += ATTN_WARPS) {
+    for (unsigned p = lo + warp; p < hi; p += ATTN_WARPS) {
+        float kv[MAX_HD / 32], vv[MAX_HD / 32];
         const bf16_t* kp = k_cache + head_base + (size_t)p * hd;
         const bf16_t* vp = v_cache + head_base + (size_t)p * hd;
-        float kv[MAX_HD / 32], vv[MAX_HD / 32];
+#pragma unroll
         for (unsigned j = 0; j < MAX_HD / 32; ++j) {
-            if (j < per_lane) {
-                kv[j] = bf2f(kp[lane + 32 * j]);
-                vv[j] = bf2f(vp[lane + 32 * j]);
-            }
+            unsigned d = lane + 32 * j;
+            bool in = j < per_lane;
+            kv[j] = !in ? 0.f : (p == pos ? kn_s[d] : bf2f(kp[d]));
+            vv[j] = !in ? 0.f : (p == pos ? vn_s[d] : bf2f(vp[d]));
         }
+        float dots[MAX_GROUP];
+#pragma unroll
+        for (unsigned g = 0; g < MAX_GROUP; ++g) {
+            float dot = 0.f;
+            if (g < group) {
+#pragma unroll
+                for (unsigned j = 0; j < MAX_HD / 32; ++j)
+                    if (j < per_lane) dot += q_s[g][lane + 32 * j] * kv[j];
+            }
+            dots[g] = dot;
+        }
+#pragma unroll
         for (unsigned g = 0; g < MAX_GROUP; ++g) {
             if (g >= group) break;
-            float dot = 0.f;
-            for (unsigned j = 0; j < MAX_HD / 32; ++j)
-                if (j < per_lane) dot += q_s[g][lane + 32 * j] * kv[j];
-            dot = warp_sum(dot);
+            float dot = warp_sum(dots[g]);
             float m_new = fmaxf(m[g], dot);
             float corr = __expf(m[g] - m_new), w = __expf(dot - m_new);
             l[g] = l[g] * corr + w;
-            for (unsigned j = 0; j < MAX_HD / 32; ++j)
-                if (j < per_lane) acc[g][j] = acc[g][j] * corr + w * vv[j];
+#pragma unroll
+            for (unsigned j = 0; j < MAX_HD / 32; ++j) acc[g][j] = acc[g][j] * corr + w * vv[j];
             m[g] = m_new;
         }
     }
@@ -195,6 +244,9 @@ extern "C" __global__ void rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cach
         for (unsigned j = 0; j < per_lane; ++j) acc_s[warp][g][lane + 32 * j] = acc[g][j];
     }
     __syncthreads();
+    // This block's partial: per query head, the max, the sum and the weighted values.
+    unsigned stride = group * (hd + 2);
+    float* part = partial + (((size_t)b * s.kv_heads + kvh) * ATTN_SPLITS) * stride;
     for (unsigned idx = threadIdx.x; idx < group * hd; idx += blockDim.x) {
         unsigned g = idx / hd, d = idx % hd;
         float mx = -INFINITY;
@@ -206,42 +258,95 @@ extern "C" __global__ void rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cach
             num += f * acc_s[w][g][d];
             den += f * l_s[w][g];
         }
+        float* pz = part + (size_t)z * stride + g * (hd + 2);
+        pz[d] = num;
+        if (d == 0) {
+            pz[hd] = mx;
+            pz[hd + 1] = den;
+        }
+    }
+    // The last block of this (row, head) to finish combines the partials.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned* cnt = counters + (size_t)b * s.kv_heads + kvh;
+        last_s = atomicAdd(cnt, 1u) == ATTN_SPLITS - 1;
+        if (last_s) *cnt = 0; // every block of this launch has counted: ready for the next
+    }
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    for (unsigned idx = threadIdx.x; idx < group * hd; idx += blockDim.x) {
+        unsigned g = idx / hd, d = idx % hd;
+        float mx = -INFINITY;
+        for (unsigned zz = 0; zz < ATTN_SPLITS; ++zz) mx = fmaxf(mx, __ldcg(part + (size_t)zz * stride + g * (hd + 2) + hd));
+        float num = 0.f, den = 0.f;
+        for (unsigned zz = 0; zz < ATTN_SPLITS; ++zz) {
+            const float* pz = part + (size_t)zz * stride + g * (hd + 2);
+            float mz = __ldcg(pz + hd);
+            if (mz == -INFINITY) continue; // an empty slice
+            float f = __expf(mz - mx);
+            num += f * __ldcg(pz + d);
+            den += f * __ldcg(pz + hd + 1);
+        }
         o[(size_t)g * hd + d] = f2bf(num / den);
     }
 }
 
-// out[r] = the index of the largest logits[r][:] (the first one on ties; NaN rows give `vocab`).
-// One block per row, blockDim a multiple of 32 up to 1024.
-extern "C" __global__ void argmax_f32(const float* logits, unsigned* out, unsigned rows, unsigned vocab) {
-    __shared__ float best_v[32];
-    __shared__ unsigned best_i[32];
+// Greedy argmax in two launches. A (logit, index) pair is packed into 64 bits so that the larger
+// logit wins and, between equal logits, the smaller index: (orderable float bits << 32) |
+// (0xffffffff - index). NaN logits never win; an all-NaN row packs to 0 and decodes to 0xffffffff.
+__device__ __forceinline__ unsigned long long pack_arg(float v, unsigned i) {
+    if (v != v) return 0ull;
+    unsigned b = __float_as_uint(v);
+    b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return ((unsigned long long)b << 32) | (0xffffffffu - i);
+}
+
+__device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned long long u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = u > v ? u : v;
+    }
+    return v;
+}
+
+// Block-wide max of packed pairs (blockDim a multiple of 32, at most 1024).
+__device__ unsigned long long block_max_u64(unsigned long long v) {
+    __shared__ unsigned long long part[32];
+    unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    v = warp_max_u64(v);
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    v = lane < warps ? part[lane] : 0ull;
+    return warp_max_u64(v);
+}
+
+// Stage 1: block (x, r) reduces its share of row r into partial[r][x] (grid (ARGMAX_SPLIT, rows)).
+#define ARGMAX_SPLIT 64
+extern "C" __global__ void argmax_partial_f32(const float* logits, unsigned long long* partial, unsigned rows, unsigned vocab) {
+    unsigned r = blockIdx.y;
+    if (r >= rows) return;
+    unsigned per = (vocab + ARGMAX_SPLIT - 1) / ARGMAX_SPLIT;
+    unsigned lo = blockIdx.x * per, hi = min(vocab, lo + per);
+    const float* x = logits + (size_t)r * vocab;
+    unsigned long long best = 0ull;
+    for (unsigned i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        unsigned long long k = pack_arg(x[i], i);
+        best = k > best ? k : best;
+    }
+    best = block_max_u64(best);
+    if (threadIdx.x == 0) partial[(size_t)r * ARGMAX_SPLIT + blockIdx.x] = best;
+}
+
+// Stage 2: out[r] = the index of row r's largest logit (first on ties; 0xffffffff for a NaN row).
+// One block of ARGMAX_SPLIT threads per row.
+extern "C" __global__ void argmax_final(const unsigned long long* partial, unsigned* out, unsigned rows) {
     unsigned r = blockIdx.x;
     if (r >= rows) return;
-    const float* x = logits + (size_t)r * vocab;
-    float bv = -INFINITY;
-    unsigned bi = vocab;
-    for (unsigned i = threadIdx.x; i < vocab; i += blockDim.x) {
-        float v = x[i];
-        if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        unsigned oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-    }
-    unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    if (lane == 0) { best_v[warp] = bv; best_i[warp] = bi; }
-    __syncthreads();
-    if (warp == 0) {
-        bv = lane < warps ? best_v[lane] : -INFINITY;
-        bi = lane < warps ? best_i[lane] : vocab;
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            unsigned oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-        }
-        if (lane == 0) out[r] = bi;
-    }
+    unsigned long long v = threadIdx.x < ARGMAX_SPLIT ? partial[(size_t)r * ARGMAX_SPLIT + threadIdx.x] : 0ull;
+    v = block_max_u64(v);
+    if (threadIdx.x == 0) out[r] = 0xffffffffu - (unsigned)(v & 0xffffffffull);
 }
 
 // Random bf16 weights on the device: w[i] = bf16(mean + std * N(0,1)) from a counter-based hash

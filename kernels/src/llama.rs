@@ -15,10 +15,10 @@
 //! # fn main() -> cuda_core::Result<()> {
 //! let s = Device::new(0)?.new_stream()?;
 //! let k = LlamaKernels::get(s.device())?;
-//! let x = DeviceBuffer::from_host(&s, &[bf16::from_f32(3.0); 4])?;
-//! let w = DeviceBuffer::from_host(&s, &[bf16::ONE; 4])?;
-//! let mut y = DeviceBuffer::<bf16>::zeros(&s, 4)?;
-//! k.rmsnorm(&s, &x, &w, &mut y, 1, 4, 1e-5)?; // each element / rms(x) = 1
+//! let x = DeviceBuffer::from_host(&s, &[bf16::from_f32(3.0); 8])?;
+//! let w = DeviceBuffer::from_host(&s, &[bf16::ONE; 8])?;
+//! let mut y = DeviceBuffer::<bf16>::zeros(&s, 8)?;
+//! k.rmsnorm(&s, &x, &w, &mut y, 1, 8, 1e-5)?; // each element / rms(x) = 1
 //! assert!(y.to_vec()?.iter().all(|v| (v.to_f32() - 1.0).abs() < 1e-2));
 //! # Ok(()) }
 //! ```
@@ -35,8 +35,14 @@ pub const MAX_HEAD_DIM: usize = 128;
 pub const MAX_GROUP: usize = 8;
 /// The slot value of an inactive (padding) row in [`LlamaKernels::rope_attention`].
 pub const INACTIVE: u32 = u32::MAX;
+/// The largest hidden size [`LlamaKernels::rmsnorm`] supports (256 threads x 8 x `NORM_VEC`).
+pub const MAX_NORM_HIDDEN: usize = 8192;
+/// Blocks per row of the first argmax stage (`ARGMAX_SPLIT`).
+pub const ARGMAX_SPLIT: usize = 64;
 /// Warps per attention block (`ATTN_WARPS`).
-const ATTN_WARPS: u32 = 8;
+const ATTN_WARPS: u32 = 4;
+/// Blocks per (row, key/value head) of the split attention (`ATTN_SPLITS`).
+pub const ATTN_SPLITS: usize = 16;
 
 /// The shape of one attention launch ([`LlamaKernels::rope_attention`]); laid out as the kernel's
 /// `AttnShape`.
@@ -66,10 +72,10 @@ impl AttnShape {
     fn validate(&self) -> Result<()> {
         let ok = self.heads > 0
             && self.kv_heads > 0
-            && self.heads % self.kv_heads == 0
+            && self.heads.is_multiple_of(self.kv_heads)
             && (self.heads / self.kv_heads) as usize <= MAX_GROUP
             && self.head_dim > 0
-            && self.head_dim % 32 == 0
+            && self.head_dim.is_multiple_of(32)
             && self.head_dim as usize <= MAX_HEAD_DIM
             && self.slots > 0
             && self.max_seq > 0;
@@ -86,6 +92,18 @@ impl AttnShape {
         (self.heads as usize + 2 * self.kv_heads as usize) * self.head_dim as usize
     }
 
+    /// Elements of the attention's `partial` scratch:
+    /// `batch * kv_heads * ATTN_SPLITS * group * (head_dim + 2)`.
+    pub fn partial_len(&self) -> usize {
+        let group = (self.heads / self.kv_heads.max(1)) as usize;
+        self.batch as usize * self.kv_heads as usize * ATTN_SPLITS * group * (self.head_dim as usize + 2)
+    }
+
+    /// Elements of the attention's `counters` scratch: `batch * kv_heads`.
+    pub fn counters_len(&self) -> usize {
+        self.batch as usize * self.kv_heads as usize
+    }
+
     /// Elements of one layer's key (or value) cache: `slots * kv_heads * max_seq * head_dim`.
     pub fn cache_len(&self) -> usize {
         self.slots as usize * self.kv_heads as usize * self.max_seq as usize * self.head_dim as usize
@@ -100,7 +118,8 @@ pub struct LlamaKernels {
     rmsnorm: Function,
     silu_mul: Function,
     attention: Function,
-    argmax: Function,
+    argmax_partial: Function,
+    argmax_final: Function,
     randn: Function,
 }
 
@@ -135,7 +154,8 @@ impl LlamaKernels {
                 rmsnorm: m.function("rmsnorm_bf16")?,
                 silu_mul: m.function("silu_mul_bf16")?,
                 attention: m.function("rope_attention_bf16")?,
-                argmax: m.function("argmax_f32")?,
+                argmax_partial: m.function("argmax_partial_f32")?,
+                argmax_final: m.function("argmax_final")?,
                 randn: m.function("randn_bf16")?,
             })
         })
@@ -144,7 +164,11 @@ impl LlamaKernels {
     fn same_device(&self, stream: &Stream, during: &'static str, devices: &[&Device]) -> Result<()> {
         for d in std::iter::once(stream.device()).chain(devices.iter().copied()) {
             if d != &self.device {
-                return Err(Error::DeviceMismatch { during, expected: self.device.ordinal(), actual: d.ordinal() });
+                return Err(Error::DeviceMismatch {
+                    during,
+                    expected: self.device.ordinal(),
+                    actual: d.ordinal(),
+                });
             }
         }
         Ok(())
@@ -168,14 +192,21 @@ impl LlamaKernels {
         self.same_device(s, DURING, &[tokens.device(), table.device(), h.device()])?;
         let batch = tokens.len();
         len_check("embedding gather: h must hold batch * hidden", mul(batch, hidden)?, h.len())?;
-        if hidden == 0 || table.len() % hidden != 0 {
-            return Err(Error::InvalidArgument(format!("embedding table of {} values is not [vocab][{hidden}]", table.len())));
+        if hidden == 0 || !table.len().is_multiple_of(hidden) {
+            return Err(Error::InvalidArgument(format!(
+                "embedding table of {} values is not [vocab][{hidden}]",
+                table.len()
+            )));
         }
         let vocab = table.len() / hidden;
         if batch == 0 {
             return Ok(());
         }
-        let cfg = LaunchConfig { grid: (dim(hidden, "hidden")?.div_ceil(256), dim(batch, "batch")?, 1), block: (256, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid: (dim(hidden, "hidden")?.div_ceil(256), dim(batch, "batch")?, 1),
+            block: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
         // SAFETY: matches `embed_bf16(const unsigned*, const bf16_t*, bf16_t*, unsigned batch,
         // unsigned hidden, unsigned vocab)`; reads tokens[0..batch], table rows < vocab (checked in
         // the kernel), writes h[0..batch*hidden] (lengths checked above); `h` is exclusive.
@@ -189,6 +220,7 @@ impl LlamaKernels {
     ///
     /// # Errors
     /// `x` and `out` not `rows * hidden`, `w` not `hidden`; devices that differ; driver errors.
+    #[allow(clippy::too_many_arguments)]
     pub fn rmsnorm(
         &self,
         s: &Stream,
@@ -207,10 +239,17 @@ impl LlamaKernels {
         if n == 0 {
             return Ok(());
         }
-        let cfg = LaunchConfig { grid: (dim(rows, "rows")?, 1, 1), block: (512, 1, 1), shared_mem_bytes: 0 };
+        if !hidden.is_multiple_of(8) || hidden > MAX_NORM_HIDDEN {
+            return Err(Error::InvalidArgument(format!(
+                "RMSNorm: hidden {hidden} must be a multiple of 8 up to {MAX_NORM_HIDDEN}"
+            )));
+        }
+        let cfg = LaunchConfig { grid: (dim(rows, "rows")?, 1, 1), block: (256, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: matches `rmsnorm_bf16(const bf16_t* x, const bf16_t* w, bf16_t* out, unsigned
         // rows, unsigned hidden, float eps)`; reads x[0..rows*hidden], w[0..hidden], writes
-        // out[0..rows*hidden] (checked); 512 is a multiple of 32; `out` is exclusive.
+        // out[0..rows*hidden] (checked) in 16-byte vectors: hidden % 8 == 0 keeps every row
+        // 16-byte aligned (allocations are 256-byte aligned), and hidden <= 256 threads * 8 *
+        // NORM_VEC is what one block covers; `out` is exclusive.
         unsafe { self.rmsnorm.launch(s, cfg, (x, w, out, rows as u32, dim(hidden, "hidden")?, eps)) }
     }
 
@@ -219,7 +258,14 @@ impl LlamaKernels {
     ///
     /// # Errors
     /// `gu` not `rows * 2 * inter` or `out` not `rows * inter`; devices; driver errors.
-    pub fn silu_mul(&self, s: &Stream, gu: &DeviceBuffer<bf16>, out: &mut DeviceBuffer<bf16>, rows: usize, inter: usize) -> Result<()> {
+    pub fn silu_mul(
+        &self,
+        s: &Stream,
+        gu: &DeviceBuffer<bf16>,
+        out: &mut DeviceBuffer<bf16>,
+        rows: usize,
+        inter: usize,
+    ) -> Result<()> {
         self.same_device(s, "SwiGLU", &[gu.device(), out.device()])?;
         let n = mul(rows, inter)?;
         len_check("SwiGLU: gu must hold rows * 2 * inter", mul(n, 2)?, gu.len())?;
@@ -240,13 +286,17 @@ impl LlamaKernels {
     /// that slot, writing `out[b][heads * head_dim]`. `qkv[b]` holds `[q | k | v]`, the caches are
     /// `[slots][kv_heads][max_seq][head_dim]`, `inv_freq[head_dim / 2]`. Slot [`INACTIVE`] marks
     /// a padding row (zero output, no cache access); any other slot or position out of range
-    /// gives the row NaN outputs and touches no cache memory.
+    /// gives the row NaN outputs and touches no cache memory. `scratch` is the split-K workspace
+    /// (`partial` of [`AttnShape::partial_len`] and `counters` of [`AttnShape::counters_len`],
+    /// zeroed before the first launch: every launch leaves the counters zero again).
     ///
     /// # Errors
     /// An invalid shape, lengths that do not fit it, devices that differ, driver errors.
     ///
     /// # Safety
-    /// The entries of `slots` other than [`INACTIVE`] must be distinct whenever the kernel runs
+    /// `scratch.1` must hold zeros before the first launch that uses it (as
+    /// `DeviceBuffer::zeros` gives; each launch restores them). The entries of `slots` other than
+    /// [`INACTIVE`] must be distinct whenever the kernel runs
     /// (also at every replay of a graph it is captured into): two rows with one slot would write
     /// and read the same cache rows from different blocks, a data race. Device memory cannot be
     /// checked from here; callers that fill `slots` themselves (as `models::llama` does) check
@@ -262,48 +312,120 @@ impl LlamaKernels {
         positions: &DeviceBuffer<u32>,
         inv_freq: &DeviceBuffer<f32>,
         out: &mut DeviceBuffer<bf16>,
+        scratch: (&mut DeviceBuffer<f32>, &mut DeviceBuffer<u32>),
         shape: AttnShape,
     ) -> Result<()> {
-        let devices = [qkv.device(), k_cache.device(), v_cache.device(), slots.device(), positions.device(), inv_freq.device(), out.device()];
+        let (partial, counters) = scratch;
+        let devices = [
+            qkv.device(),
+            k_cache.device(),
+            v_cache.device(),
+            slots.device(),
+            positions.device(),
+            inv_freq.device(),
+            out.device(),
+            partial.device(),
+            counters.device(),
+        ];
         self.same_device(s, "rope attention", &devices)?;
         shape.validate()?;
         let batch = shape.batch as usize;
-        len_check("rope attention: qkv must hold batch * (heads + 2 kv_heads) * head_dim", mul(batch, shape.qkv_row())?, qkv.len())?;
-        len_check("rope attention: k_cache must hold slots * kv_heads * max_seq * head_dim", shape.cache_len(), k_cache.len())?;
-        len_check("rope attention: v_cache must hold slots * kv_heads * max_seq * head_dim", shape.cache_len(), v_cache.len())?;
+        len_check(
+            "rope attention: qkv must hold batch * (heads + 2 kv_heads) * head_dim",
+            mul(batch, shape.qkv_row())?,
+            qkv.len(),
+        )?;
+        len_check(
+            "rope attention: k_cache must hold slots * kv_heads * max_seq * head_dim",
+            shape.cache_len(),
+            k_cache.len(),
+        )?;
+        len_check(
+            "rope attention: v_cache must hold slots * kv_heads * max_seq * head_dim",
+            shape.cache_len(),
+            v_cache.len(),
+        )?;
         len_check("rope attention: slots must hold batch", batch, slots.len())?;
         len_check("rope attention: positions must hold batch", batch, positions.len())?;
-        len_check("rope attention: inv_freq must hold head_dim / 2", shape.head_dim as usize / 2, inv_freq.len())?;
-        len_check("rope attention: out must hold batch * heads * head_dim", mul(batch, shape.heads as usize * shape.head_dim as usize)?, out.len())?;
+        len_check(
+            "rope attention: inv_freq must hold head_dim / 2",
+            shape.head_dim as usize / 2,
+            inv_freq.len(),
+        )?;
+        len_check(
+            "rope attention: out must hold batch * heads * head_dim",
+            mul(batch, shape.heads as usize * shape.head_dim as usize)?,
+            out.len(),
+        )?;
+        len_check(
+            "rope attention: partial must hold AttnShape::partial_len",
+            shape.partial_len(),
+            partial.len(),
+        )?;
+        len_check(
+            "rope attention: counters must hold batch * kv_heads",
+            shape.counters_len(),
+            counters.len(),
+        )?;
         if batch == 0 {
             return Ok(());
         }
-        let cfg = LaunchConfig { grid: (shape.kv_heads, shape.batch, 1), block: (ATTN_WARPS * 32, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid: (shape.kv_heads, shape.batch, ATTN_SPLITS as u32),
+            block: (ATTN_WARPS * 32, 1, 1),
+            shared_mem_bytes: 0,
+        };
         // SAFETY: matches `rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cache, bf16_t*
         // v_cache, const unsigned* slots, const unsigned* positions, const float* inv_freq,
-        // bf16_t* out, AttnShape)`; every length was checked against `shape` above, and the kernel
-        // checks slots[b] < slots and positions[b] < max_seq before touching the caches. The
-        // caller guarantees distinct slots (no two blocks of different rows share cache rows);
-        // the caches and `out` are borrowed mutably.
-        unsafe { self.attention.launch(s, cfg, (qkv, k_cache, v_cache, slots, positions, inv_freq, out, shape)) }
+        // bf16_t* out, float* partial, unsigned* counters, AttnShape)`; every length was checked
+        // against `shape` above, and the kernel checks slots[b] < slots and positions[b] < max_seq
+        // before touching the caches. Blocks of one (row, head) share only their own slice of
+        // `partial` and counter (fenced, combined by the last block, which resets the counter to
+        // the zero it started from; `counters` is zeroed by the caller before the first launch and
+        // exclusive here). The caller guarantees distinct slots (no two rows share cache rows);
+        // within a row only split 0 writes position pos, which no block reads from the cache.
+        unsafe {
+            self.attention.launch(
+                s,
+                cfg,
+                (qkv, k_cache, v_cache, slots, positions, inv_freq, out, partial, counters, shape),
+            )
+        }
     }
 
     /// `out[r] = argmax(logits[r])` for `r < rows` (`logits[rows][vocab]`; the first index on
-    /// ties; a row with NaNs may give `vocab`).
+    /// ties; a row of NaNs gives `u32::MAX`). Two launches: [`ARGMAX_SPLIT`] blocks per row write
+    /// their best pair into `scratch[rows][ARGMAX_SPLIT]`, then one block per row picks.
     ///
     /// # Errors
-    /// `out` not `rows` or `logits` not `rows * vocab`; devices; driver errors.
-    pub fn argmax(&self, s: &Stream, logits: &DeviceBuffer<f32>, out: &mut DeviceBuffer<u32>, vocab: usize) -> Result<()> {
-        self.same_device(s, "argmax", &[logits.device(), out.device()])?;
+    /// `out` not `rows`, `logits` not `rows * vocab`, `scratch` not `rows * ARGMAX_SPLIT`;
+    /// devices; driver errors.
+    pub fn argmax(
+        &self,
+        s: &Stream,
+        logits: &DeviceBuffer<f32>,
+        scratch: &mut DeviceBuffer<u64>,
+        out: &mut DeviceBuffer<u32>,
+        vocab: usize,
+    ) -> Result<()> {
+        self.same_device(s, "argmax", &[logits.device(), scratch.device(), out.device()])?;
         let rows = out.len();
         len_check("argmax: logits must hold rows * vocab", mul(rows, vocab)?, logits.len())?;
+        len_check("argmax: scratch must hold rows * ARGMAX_SPLIT", mul(rows, ARGMAX_SPLIT)?, scratch.len())?;
         if rows == 0 {
             return Ok(());
         }
-        let cfg = LaunchConfig { grid: (dim(rows, "rows")?, 1, 1), block: (1024, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: matches `argmax_f32(const float* logits, unsigned* out, unsigned rows, unsigned
-        // vocab)`; reads logits[0..rows*vocab], writes out[0..rows] (checked); exclusive out.
-        unsafe { self.argmax.launch(s, cfg, (logits, out, rows as u32, dim(vocab, "vocab")?)) }
+        let r32 = dim(rows, "rows")?;
+        let cfg =
+            LaunchConfig { grid: (ARGMAX_SPLIT as u32, r32, 1), block: (256, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: matches `argmax_partial_f32(const float* logits, unsigned long long* partial,
+        // unsigned rows, unsigned vocab)`; block (x, r) reads its slice of logits[r] (r < rows,
+        // lengths checked) and writes partial[r * ARGMAX_SPLIT + x]; `scratch` is exclusive.
+        unsafe { self.argmax_partial.launch(s, cfg, (logits, &mut *scratch, r32, dim(vocab, "vocab")?))? };
+        let cfg = LaunchConfig { grid: (r32, 1, 1), block: (ARGMAX_SPLIT as u32, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: matches `argmax_final(const unsigned long long* partial, unsigned* out, unsigned
+        // rows)`; reads partial[0..rows*ARGMAX_SPLIT], writes out[0..rows]; `out` is exclusive.
+        unsafe { self.argmax_final.launch(s, cfg, (&*scratch, out, r32)) }
     }
 
     /// Fills `w` with `bf16(mean + std * z)`, `z` standard normal from a counter-based hash of
@@ -311,7 +433,14 @@ impl LlamaKernels {
     ///
     /// # Errors
     /// A buffer of another device; driver errors.
-    pub fn randn(&self, s: &Stream, w: &mut DeviceBuffer<bf16>, seed: u64, mean: f32, std: f32) -> Result<()> {
+    pub fn randn(
+        &self,
+        s: &Stream,
+        w: &mut DeviceBuffer<bf16>,
+        seed: u64,
+        mean: f32,
+        std: f32,
+    ) -> Result<()> {
         self.same_device(s, "randn", &[w.device()])?;
         let n = w.len();
         if n == 0 {

@@ -25,8 +25,11 @@ fn tiny() -> LlamaConfig {
 fn rewrite(src: &Path, dst: &Path, edit: impl FnOnce(&mut Vec<(String, Dtype, Vec<usize>, Vec<u8>)>)) {
     let bytes = std::fs::read(src).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    let mut list: Vec<_> =
-        st.tensors().into_iter().map(|(n, t)| (n, t.dtype(), t.shape().to_vec(), t.data().to_vec())).collect();
+    let mut list: Vec<_> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, t)| (n, t.dtype(), t.shape().to_vec(), t.data().to_vec()))
+        .collect();
     edit(&mut list);
     let views: Vec<_> =
         list.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();

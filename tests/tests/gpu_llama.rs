@@ -64,14 +64,18 @@ struct Prompt {
 }
 
 fn load_reference(dir: &Path) -> Result<Reference, Failed> {
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json"))?)?;
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json"))?)?;
     let bytes = std::fs::read(dir.join("logits.safetensors"))?;
     let st = safetensors::SafeTensors::deserialize(&bytes)?;
-    let u32s = |v: &serde_json::Value| -> Vec<u32> { v.as_array().into_iter().flatten().filter_map(|x| x.as_u64()).map(|x| x as u32).collect() };
+    let u32s = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array().into_iter().flatten().filter_map(|x| x.as_u64()).map(|x| x as u32).collect()
+    };
     let mut prompts = Vec::new();
     for (i, p) in json["prompts"].as_array().ok_or("reference.json: no prompts")?.iter().enumerate() {
         let t = st.tensor(&format!("p{i}.f32"))?;
-        let f32_logits = t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let f32_logits =
+            t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
         prompts.push(Prompt {
             prompt: u32s(&p["prompt"]),
             tokens: u32s(&p["tokens"]),
@@ -88,14 +92,28 @@ fn max_abs(a: &[f32], b: &[f32]) -> f64 {
     if a.len() != b.len() {
         return f64::INFINITY;
     }
-    a.iter().zip(b).map(|(&x, &y)| (f64::from(x) - f64::from(y)).abs()).fold(0.0, |m, d| if d.is_nan() { f64::INFINITY } else { m.max(d) })
+    a.iter().zip(b).map(|(&x, &y)| (f64::from(x) - f64::from(y)).abs()).fold(0.0, |m, d| {
+        if d.is_nan() {
+            f64::INFINITY
+        } else {
+            m.max(d)
+        }
+    })
 }
 
 fn hf_model(dir: &Path, s: &Stream) -> Result<LlamaModel, Failed> {
     let cfg = LlamaConfig::from_hf_json(&std::fs::read_to_string(dir.join("config.json"))?)?;
-    ensure(cfg == LlamaConfig::small(), format!("the script's config differs from LlamaConfig::small(): {cfg:?}"))?;
+    ensure(
+        cfg == LlamaConfig::small(),
+        format!("the script's config differs from LlamaConfig::small(): {cfg:?}"),
+    )?;
     let w = HostWeights::from_safetensors(&dir.join("model.safetensors"), &cfg)?.upload(s)?;
-    Ok(LlamaModel::new(s, cfg, w, ModelOptions { slots: 8, max_seq: 64, buckets: vec![1, 2, 4, 8], ..Default::default() })?)
+    Ok(LlamaModel::new(
+        s,
+        cfg,
+        w,
+        ModelOptions { slots: 8, max_seq: 64, buckets: vec![1, 2, 4, 8], ..Default::default() },
+    )?)
 }
 
 /// Teacher-forced logits match the f32 reference within the error of PyTorch's own bf16 run,
@@ -115,15 +133,27 @@ fn hf_reference_small() -> TestResult {
         let ours: Vec<f32> = m.forced_logits(i as u32, ids)?.concat();
         let err = max_abs(&ours, &p.f32_logits);
         eprintln!("prompt {i}: ours vs f32 max |err| {err:.4e}; PyTorch bf16 vs f32 {:.4e}", p.bf16_err);
-        ensure(err <= p.bf16_err, format!("prompt {i}: logits error {err:.4e} exceeds PyTorch bf16's {:.4e}", p.bf16_err))?;
+        ensure(
+            err <= p.bf16_err,
+            format!("prompt {i}: logits error {err:.4e} exceeds PyTorch bf16's {:.4e}", p.bf16_err),
+        )?;
         // Teacher-forced: at every position whose reference margin is clear, the same argmax.
         for t in 0..ids.len() {
             positions += 1;
             if p.margins[t] <= 2.0 * p.bf16_err {
                 continue;
             }
-            let (a, b) = (argmax(&ours[t * vocab..(t + 1) * vocab]), argmax(&p.f32_logits[t * vocab..(t + 1) * vocab]));
-            ensure(a == b, format!("prompt {i} position {t}: argmax {a} vs the reference's {b} (margin {:.3e})", p.margins[t]))?;
+            let (a, b) = (
+                argmax(&ours[t * vocab..(t + 1) * vocab]),
+                argmax(&p.f32_logits[t * vocab..(t + 1) * vocab]),
+            );
+            ensure(
+                a == b,
+                format!(
+                    "prompt {i} position {t}: argmax {a} vs the reference's {b} (margin {:.3e})",
+                    p.margins[t]
+                ),
+            )?;
             forced_checked += 1;
         }
         // Free-running greedy generation: identical until a step where the reference's margin is
@@ -140,7 +170,10 @@ fn hf_reference_small() -> TestResult {
         }
     }
     eprintln!("argmax equal at {forced_checked} of {positions} teacher-forced positions (the others have unclear margins); {free_checked} free-running tokens identical");
-    ensure(2 * forced_checked >= positions, format!("only {forced_checked} of {positions} positions had a clear margin"))?;
+    ensure(
+        2 * forced_checked >= positions,
+        format!("only {forced_checked} of {positions} positions had a clear margin"),
+    )?;
     ensure(free_checked >= r.steps, format!("only {free_checked} free-running tokens compared"))?;
 
     // All prompts at once: rows join as their positions begin (different lengths), slots 4..7.
@@ -181,7 +214,9 @@ fn hf_reference_small() -> TestResult {
         }
         let mut out = vec![next];
         for k in 0..7 {
-            next = m.step_async(&[Row { slot: 0, position: (p.prompt.len() + k) as u32, token: next }]).await?[0];
+            next = m
+                .step_async(&[Row { slot: 0, position: (p.prompt.len() + k) as u32, token: next }])
+                .await?[0];
             out.push(next);
         }
         Ok::<_, cuda_async::DeviceError>(out)
@@ -208,17 +243,26 @@ fn graph_cache_budget_and_padding() -> TestResult {
     m.step(&[row(1, 9), row(0, 5), row(2, 77)])?; // bucket 4: three rows and a padding row
     let l = m.last_logits()?;
     let v = m.config().vocab;
-    ensure(m.evictions() == 1 && m.buckets().iter().map(|b| b.batch).collect::<Vec<_>>() == vec![4], "bucket 1 evicted")?;
+    ensure(
+        m.evictions() == 1 && m.buckets().iter().map(|b| b.batch).collect::<Vec<_>>() == vec![4],
+        "bucket 1 evicted",
+    )?;
     let d = max_abs(&alone, &l[v..2 * v]);
     ensure(d <= 2e-2, format!("the same row alone and in a padded batch differ by {d}"))?;
     m.step(&[row(0, 5)])?; // recapture bucket 1
     ensure(m.evictions() == 2, "bucket 4 evicted")?;
     ensure(m.last_logits()? == alone, "a recaptured bucket reproduces its logits exactly")?;
     for b in m.buckets() {
-        eprintln!("bucket {}: buffers {} B, graph {} B, capture {:.2} ms", b.batch, b.buffer_bytes, b.graph_bytes, b.capture_ms);
+        eprintln!(
+            "bucket {}: buffers {} B, graph {} B, capture {:.2} ms",
+            b.batch, b.buffer_bytes, b.graph_bytes, b.capture_ms
+        );
     }
     // Unlimited budget: all buckets stay.
-    let mut all = random_model(&s, ModelOptions { slots: 8, max_seq: 32, buckets: vec![1, 4, 8], ..Default::default() })?;
+    let mut all = random_model(
+        &s,
+        ModelOptions { slots: 8, max_seq: 32, buckets: vec![1, 4, 8], ..Default::default() },
+    )?;
     all.capture_all()?;
     ensure(all.buckets().len() == 3 && all.evictions() == 0, "all buckets kept")
 }
@@ -226,7 +270,8 @@ fn graph_cache_budget_and_padding() -> TestResult {
 /// Every broken rule is an error before anything runs, and the model keeps working after.
 fn refusals() -> TestResult {
     let s = stream()?;
-    let mut m = random_model(&s, ModelOptions { slots: 4, max_seq: 8, buckets: vec![1, 2], ..Default::default() })?;
+    let mut m =
+        random_model(&s, ModelOptions { slots: 4, max_seq: 8, buckets: vec![1, 2], ..Default::default() })?;
     let r = |slot, position, token| Row { slot, position, token };
     let bad: Vec<(&str, Vec<Row>)> = vec![
         ("no rows", vec![]),
@@ -240,7 +285,10 @@ fn refusals() -> TestResult {
     for (what, rows) in bad {
         ensure(m.step(&rows).is_err(), format!("{what} was accepted"))?;
     }
-    ensure(m.generate(0, &[1; 6], 3).is_err(), "a prompt plus generation longer than the cache was accepted")?;
+    ensure(
+        m.generate(0, &[1; 6], 3).is_err(),
+        "a prompt plus generation longer than the cache was accepted",
+    )?;
     ensure(m.generate(0, &[], 3).is_err(), "an empty prompt was accepted")?;
     let a = m.generate(0, &[1, 2, 3], 4)?;
     let b = m.generate(1, &[1, 2, 3], 4)?;
@@ -269,21 +317,41 @@ fn kernel_guards() -> TestResult {
     let positions = DeviceBuffer::from_host(&s, &[0u32, 0, 4, u32::MAX])?;
     let inv = DeviceBuffer::from_host(&s, &[0.1f32; 16])?;
     let mut out = DeviceBuffer::<bf16>::zeros(&s, 4 * 4 * 32)?;
+    let mut partial = DeviceBuffer::<f32>::zeros(&s, shape.partial_len())?;
+    let mut counters = DeviceBuffer::<u32>::zeros(&s, shape.counters_len())?;
     // SAFETY: the real slots (2, 1, 0) are distinct; all of them are out of range or paired with
     // an out-of-range position, which is what this test checks.
-    unsafe { k.rope_attention(&s, &qkv, &mut kc, &mut vc, &slots, &positions, &inv, &mut out, shape)? };
+    // The counters start zeroed.
+    unsafe {
+        k.rope_attention(
+            &s,
+            &qkv,
+            &mut kc,
+            &mut vc,
+            &slots,
+            &positions,
+            &inv,
+            &mut out,
+            (&mut partial, &mut counters),
+            shape,
+        )?
+    };
     let o = out.to_vec()?;
     ensure(o[..128].iter().all(|v| v.is_nan()), "slot out of range: NaN")?;
     ensure(o[128..256].iter().all(|&v| v == bf16::ZERO), "inactive row: zeros")?;
     ensure(o[256..].iter().all(|v| v.is_nan()), "positions out of range: NaN")?;
-    ensure(kc.to_vec()?.iter().chain(vc.to_vec()?.iter()).all(|&v| v == bf16::ZERO), "the caches were not touched")
+    ensure(
+        kc.to_vec()?.iter().chain(vc.to_vec()?.iter()).all(|&v| v == bf16::ZERO),
+        "the caches were not touched",
+    )
 }
 
 /// A step whose future is dropped after its first poll (the work is queued) leaves the model
 /// consistent: the sequence re-fed from that position generates exactly the uncancelled tokens.
 fn cancelled_step_keeps_slots_intact() -> TestResult {
     let s = stream()?;
-    let mut m = random_model(&s, ModelOptions { slots: 4, max_seq: 32, buckets: vec![1, 2], ..Default::default() })?;
+    let mut m =
+        random_model(&s, ModelOptions { slots: 4, max_seq: 32, buckets: vec![1, 2], ..Default::default() })?;
     let prompt = [7u32, 100, 3, 42];
     let want = m.generate(2, &prompt, 8)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -302,7 +370,8 @@ fn cancelled_step_keeps_slots_intact() -> TestResult {
         let mut next = m.step_async(&[Row { slot: 2, position: 3, token: prompt[3] }]).await?[0];
         let mut out = vec![next];
         for k in 0..7 {
-            next = m.step_async(&[Row { slot: 2, position: (prompt.len() + k) as u32, token: next }]).await?[0];
+            next =
+                m.step_async(&[Row { slot: 2, position: (prompt.len() + k) as u32, token: next }]).await?[0];
             out.push(next);
         }
         Ok::<_, cuda_async::DeviceError>(out)

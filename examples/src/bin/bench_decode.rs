@@ -54,7 +54,15 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Fills slots `0..batch` with `context` positions, then times `reps` runs of `steps` steps;
 /// returns the median ms/step. `mode`: 0 graph, 1 eager, 2 awaited graph.
-fn decode(m: &mut LlamaModel, rt: &tokio::runtime::Runtime, batch: usize, context: usize, steps: usize, reps: usize, mode: u8) -> Result<f64> {
+fn decode(
+    m: &mut LlamaModel,
+    rt: &tokio::runtime::Runtime,
+    batch: usize,
+    context: usize,
+    steps: usize,
+    reps: usize,
+    mode: u8,
+) -> Result<f64> {
     let vocab = m.config().vocab as u32;
     for s in 0..batch as u32 {
         m.release_slot(s)?;
@@ -62,7 +70,8 @@ fn decode(m: &mut LlamaModel, rt: &tokio::runtime::Runtime, batch: usize, contex
     let mut tokens: Vec<u32> = (0..batch as u32).map(|s| (s * 7919 + 3) % vocab).collect();
     let mut pos = 0usize;
     let one = |m: &mut LlamaModel, tokens: &mut Vec<u32>, pos: usize, mode: u8| -> Result<()> {
-        let rows: Vec<Row> = (0..batch).map(|s| Row { slot: s as u32, position: pos as u32, token: tokens[s] }).collect();
+        let rows: Vec<Row> =
+            (0..batch).map(|s| Row { slot: s as u32, position: pos as u32, token: tokens[s] }).collect();
         *tokens = match mode {
             0 => m.step(&rows)?,
             1 => m.step_eager(&rows)?,
@@ -113,15 +122,29 @@ fn main() -> Result<()> {
     }
 
     let mut rows = Vec::new();
-    println!("{} on {}, context {} + {} steps, median of {} reps", if a.small { "small" } else { "Llama-3.2-1B" }, dev.name(), a.context, a.steps, a.reps);
-    println!("{:>5} {:>10} {:>10} {:>10} {:>10} {:>9}", "batch", "graph ms", "eager ms", "floor ms", "floor %", "tok/s");
+    println!(
+        "{} on {}, context {} + {} steps, median of {} reps",
+        if a.small { "small" } else { "Llama-3.2-1B" },
+        dev.name(),
+        a.context,
+        a.steps,
+        a.reps
+    );
+    println!(
+        "{:>5} {:>10} {:>10} {:>10} {:>10} {:>9}",
+        "batch", "graph ms", "eager ms", "floor ms", "floor %", "tok/s"
+    );
     for &b in &a.batches {
         let graph = decode(&mut m, &rt, b, a.context, a.steps, a.reps, 0)?;
         let eager = decode(&mut m, &rt, b, a.context, a.steps, a.reps.min(2), 1)?;
         let kv_len = a.context + a.steps * (a.reps + 1) / 2;
         let bytes = cfg.step_weight_bytes() + b * cfg.kv_bytes(kv_len);
         let floor = bytes as f64 / HBM_BYTES_PER_S * 1e3;
-        println!("{b:>5} {graph:>10.3} {eager:>10.3} {floor:>10.3} {:>9.1}% {:>9.0}", 100.0 * floor / graph, b as f64 * 1e3 / graph);
+        println!(
+            "{b:>5} {graph:>10.3} {eager:>10.3} {floor:>10.3} {:>9.1}% {:>9.0}",
+            100.0 * floor / graph,
+            b as f64 * 1e3 / graph
+        );
         rows.push(json!({"batch": b, "graph_ms": graph, "eager_ms": eager, "floor_ms": floor, "floor_share": floor / graph, "bytes_per_step": bytes}));
     }
     // Awaited vs blocking at batch 1, interleaved.
@@ -131,14 +154,23 @@ fn main() -> Result<()> {
         awaited.push(decode(&mut m, &rt, 1, 8, a.steps, 2, 2)?);
     }
     let (bl, aw) = (median(blocking), median(awaited));
-    println!("batch 1, 8 positions: blocking {bl:.4} ms/step, awaited from tokio {aw:.4} ms/step ({:+.1} us)", (aw - bl) * 1e3);
+    println!(
+        "batch 1, 8 positions: blocking {bl:.4} ms/step, awaited from tokio {aw:.4} ms/step ({:+.1} us)",
+        (aw - bl) * 1e3
+    );
     let buckets: Vec<_> = m
         .buckets()
         .iter()
         .map(|b| json!({"batch": b.batch, "capture_ms": b.capture_ms, "buffer_bytes": b.buffer_bytes, "graph_bytes": b.graph_bytes}))
         .collect();
     for b in m.buckets() {
-        println!("bucket {:>2}: capture {:6.2} ms, buffers {:7.2} MB, graph +{:.2} MB", b.batch, b.capture_ms, b.buffer_bytes as f64 / 1e6, b.graph_bytes as f64 / 1e6);
+        println!(
+            "bucket {:>2}: capture {:6.2} ms, buffers {:7.2} MB, graph +{:.2} MB",
+            b.batch,
+            b.capture_ms,
+            b.buffer_bytes as f64 / 1e6,
+            b.graph_bytes as f64 / 1e6
+        );
     }
     let mut torch = serde_json::Value::Null;
     if !a.no_torch {
@@ -147,19 +179,49 @@ fn main() -> Result<()> {
         drop(m); // free the GPU memory for PyTorch
         stream.synchronize()?;
         let st = std::process::Command::new(&a.python)
-            .args(["scripts/torch_decode_bench.py", "--json", &out.display().to_string(), "--shape", if a.small { "small" } else { "1b" }])
-            .args(["--batches", &batches, "--context", &a.context.to_string(), "--steps", &a.steps.to_string(), "--modes", &a.torch_modes])
+            .args([
+                "scripts/torch_decode_bench.py",
+                "--json",
+                &out.display().to_string(),
+                "--shape",
+                if a.small { "small" } else { "1b" },
+            ])
+            .args([
+                "--batches",
+                &batches,
+                "--context",
+                &a.context.to_string(),
+                "--steps",
+                &a.steps.to_string(),
+                "--modes",
+                &a.torch_modes,
+            ])
             .status();
         match st {
             Ok(s) if s.success() => torch = serde_json::from_str(&std::fs::read_to_string(&out)?)?,
             other => println!("PyTorch baselines not run: {other:?}"),
         }
         if let serde_json::Value::Object(t) = &torch {
-            println!("{:>5} {:>10} {:>12} {:>12} {:>12}", "batch", "ours ms", "torch eager", "torch graph", "torch.compile");
+            println!(
+                "{:>5} {:>10} {:>12} {:>12} {:>12}",
+                "batch", "ours ms", "torch eager", "torch graph", "torch.compile"
+            );
             for r in &rows {
                 let b = r["batch"].to_string();
-                let get = |mode: &str| t.get(mode).and_then(|x| x.get(&b)).and_then(|x| x.get("ms")).and_then(|x| x.as_f64()).map_or("-".to_string(), |v| format!("{v:.3}"));
-                println!("{b:>5} {:>10.3} {:>12} {:>12} {:>12}", r["graph_ms"].as_f64().unwrap_or(0.0), get("eager"), get("cudagraph"), get("compile"));
+                let get = |mode: &str| {
+                    t.get(mode)
+                        .and_then(|x| x.get(&b))
+                        .and_then(|x| x.get("ms"))
+                        .and_then(|x| x.as_f64())
+                        .map_or("-".to_string(), |v| format!("{v:.3}"))
+                };
+                println!(
+                    "{b:>5} {:>10.3} {:>12} {:>12} {:>12}",
+                    r["graph_ms"].as_f64().unwrap_or(0.0),
+                    get("eager"),
+                    get("cudagraph"),
+                    get("compile")
+                );
             }
         }
     }

@@ -35,13 +35,7 @@ struct Args {
 
 /// Feeds `len` positions of a deterministic token pattern to slots `0..batch`, then times
 /// `steps` decode steps with `step`; returns ms per step.
-fn time_decode(
-    m: &mut LlamaModel,
-    batch: usize,
-    len: usize,
-    steps: usize,
-    eager: bool,
-) -> Result<f64> {
+fn time_decode(m: &mut LlamaModel, batch: usize, len: usize, steps: usize, eager: bool) -> Result<f64> {
     let vocab = m.config().vocab as u32;
     for s in 0..batch as u32 {
         m.release_slot(s)?;

@@ -137,7 +137,8 @@ fn main() -> Result<()> {
     let cfg = if args.llama_1b { LlamaConfig::llama_3_2_1b() } else { LlamaConfig::small() };
     let w = DeviceWeights::random(&stream, &cfg, 99, 0.05)?;
     let max_seq = 16 + args.tokens + 1;
-    let mut m = LlamaModel::new(&stream, cfg.clone(), w, ModelOptions { slots: 64, max_seq, ..Default::default() })?;
+    let mut m =
+        LlamaModel::new(&stream, cfg.clone(), w, ModelOptions { slots: 64, max_seq, ..Default::default() })?;
     m.capture_all()?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
     let (results, stats, mut m, secs) = rt.block_on(async {
@@ -152,7 +153,8 @@ fn main() -> Result<()> {
                 let mut done = Vec::new();
                 for round in 0..2u32 {
                     let plen = 1 + (c + round as usize) % 12;
-                    let prompt: Vec<u32> = (0..plen as u32).map(|i| (c as u32 * 131 + round * 17 + i * 7 + 2) % vocab).collect();
+                    let prompt: Vec<u32> =
+                        (0..plen as u32).map(|i| (c as u32 * 131 + round * 17 + i * 7 + 2) % vocab).collect();
                     let (ttx, mut trx) = mpsc::unbounded_channel();
                     tx.send(Request { prompt: prompt.clone(), max_new: n, tx: ttx }).await.ok()?;
                     let cancel_after = if round == 0 && c % 4 == 1 { Some(1 + c % 5) } else { None };
@@ -203,7 +205,11 @@ fn main() -> Result<()> {
         for (k, &tok) in got.iter().enumerate() {
             let l = &logits[prompt.len() - 1 + k];
             let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            ensure!(l[tok as usize] >= max - 0.02, "token {k} of a request: logit {} vs max {max}", l[tok as usize]);
+            ensure!(
+                l[tok as usize] >= max - 0.02,
+                "token {k} of a request: logit {} vs max {max}",
+                l[tok as usize]
+            );
             exact += usize::from(l[tok as usize] == max);
             total += 1;
         }

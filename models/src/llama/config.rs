@@ -112,15 +112,15 @@ impl LlamaConfig {
         };
         let rope = v.get("rope_parameters").or_else(|| v.get("rope_scaling")).filter(|r| !r.is_null());
         let float = |obj: &Value, k: &str| obj.get(k).and_then(Value::as_f64);
-        let rope_theta = float(&v, "rope_theta")
-            .or_else(|| rope.and_then(|r| float(r, "rope_theta")))
-            .unwrap_or(10_000.0);
+        let rope_theta =
+            float(&v, "rope_theta").or_else(|| rope.and_then(|r| float(r, "rope_theta"))).unwrap_or(10_000.0);
         let rope_llama3 = match rope {
             None => None,
             Some(r) => match r.get("rope_type").or_else(|| r.get("type")).and_then(Value::as_str) {
                 None | Some("default") => None,
                 Some("llama3") => {
-                    let f = |k: &str| float(r, k).ok_or_else(|| bad(format!("config.json: rope `{k}` missing")));
+                    let f =
+                        |k: &str| float(r, k).ok_or_else(|| bad(format!("config.json: rope `{k}` missing")));
                     Some(Llama3Rope {
                         factor: f("factor")?,
                         low_freq_factor: f("low_freq_factor")?,
@@ -141,7 +141,11 @@ impl LlamaConfig {
             hidden,
             layers: num("num_hidden_layers")?,
             heads,
-            kv_heads: v.get("num_key_value_heads").and_then(Value::as_u64).map(|x| x as usize).unwrap_or(heads),
+            kv_heads: v
+                .get("num_key_value_heads")
+                .and_then(Value::as_u64)
+                .map(|x| x as usize)
+                .unwrap_or(heads),
             head_dim,
             intermediate: num("intermediate_size")?,
             rms_eps: float(&v, "rms_norm_eps").unwrap_or(1e-6),
@@ -160,11 +164,20 @@ impl LlamaConfig {
     /// # Errors
     /// [`cuda_core::Error::InvalidArgument`] saying which rule is broken.
     pub fn validate(&self) -> Result<()> {
-        let dims = [self.vocab, self.hidden, self.layers, self.heads, self.kv_heads, self.head_dim, self.intermediate];
+        let dims = [
+            self.vocab,
+            self.hidden,
+            self.layers,
+            self.heads,
+            self.kv_heads,
+            self.head_dim,
+            self.intermediate,
+        ];
         if dims.contains(&0) {
             return Err(bad(format!("config {self:?}: every dimension must be positive")));
         }
-        if self.heads % self.kv_heads != 0 || self.heads / self.kv_heads > kernels::llama::MAX_GROUP {
+        if !self.heads.is_multiple_of(self.kv_heads) || self.heads / self.kv_heads > kernels::llama::MAX_GROUP
+        {
             return Err(bad(format!(
                 "config: {} heads over {} KV heads: heads must be a multiple of kv_heads, at most {} per group",
                 self.heads,
@@ -172,10 +185,21 @@ impl LlamaConfig {
                 kernels::llama::MAX_GROUP
             )));
         }
-        if self.head_dim % 32 != 0 || self.head_dim > kernels::llama::MAX_HEAD_DIM {
-            return Err(bad(format!("config: head_dim {} must be a multiple of 32 up to 128", self.head_dim)));
+        if !self.hidden.is_multiple_of(8) || self.hidden > kernels::llama::MAX_NORM_HIDDEN {
+            return Err(bad(format!(
+                "config: hidden {} must be a multiple of 8 up to {}",
+                self.hidden,
+                kernels::llama::MAX_NORM_HIDDEN
+            )));
         }
-        let big = [self.vocab * self.hidden, self.intermediate * self.hidden * 2, self.qkv_dim() * self.hidden];
+        if !self.head_dim.is_multiple_of(32) || self.head_dim > kernels::llama::MAX_HEAD_DIM {
+            return Err(bad(format!(
+                "config: head_dim {} must be a multiple of 32 up to 128",
+                self.head_dim
+            )));
+        }
+        let big =
+            [self.vocab * self.hidden, self.intermediate * self.hidden * 2, self.qkv_dim() * self.hidden];
         if big.iter().any(|&n| n > u32::MAX as usize) {
             return Err(bad("config: a weight matrix exceeds 2^32 elements".into()));
         }
@@ -232,7 +256,7 @@ impl LlamaConfig {
                 let high_wavelen = r.original_max_position / r.high_freq_factor;
                 let wavelen = 2.0 * std::f64::consts::PI / f;
                 let scaled = if wavelen > low_wavelen { f / r.factor } else { f };
-                let medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+                let medium = wavelen >= high_wavelen && wavelen <= low_wavelen;
                 if medium {
                     let smooth = (r.original_max_position / wavelen - r.low_freq_factor)
                         / (r.high_freq_factor - r.low_freq_factor);

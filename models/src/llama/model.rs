@@ -38,7 +38,12 @@ pub struct ModelOptions {
 
 impl Default for ModelOptions {
     fn default() -> Self {
-        ModelOptions { slots: 64, max_seq: 1024, buckets: vec![1, 2, 4, 8, 16, 32, 64], graph_budget_bytes: usize::MAX }
+        ModelOptions {
+            slots: 64,
+            max_seq: 1024,
+            buckets: vec![1, 2, 4, 8, 16, 32, 64],
+            graph_budget_bytes: usize::MAX,
+        }
     }
 }
 
@@ -73,8 +78,11 @@ impl Bucket {
     /// Writes `rows` into the staging buffers, padding the bucket with inactive rows (after
     /// waiting for any copy still reading them).
     fn write_rows(&mut self, rows: &[Row]) -> Result<()> {
-        let (tokens, slots, positions) =
-            (self.in_tokens.as_mut_slice()?, self.in_slots.as_mut_slice()?, self.in_positions.as_mut_slice()?);
+        let (tokens, slots, positions) = (
+            self.in_tokens.as_mut_slice()?,
+            self.in_slots.as_mut_slice()?,
+            self.in_positions.as_mut_slice()?,
+        );
         for i in 0..tokens.len() {
             let r = rows.get(i);
             tokens[i] = r.map_or(0, |r| r.token);
@@ -144,12 +152,20 @@ impl LlamaModel {
     /// # Errors
     /// Invalid options (no slots, no positions, no buckets, a bucket of 0) or configuration;
     /// [`cuda_core::Error::LibraryMissing`] without cuBLAS; allocation and compilation errors.
-    pub fn new(stream: &Stream, cfg: LlamaConfig, weights: DeviceWeights, mut opts: ModelOptions) -> Result<LlamaModel> {
+    pub fn new(
+        stream: &Stream,
+        cfg: LlamaConfig,
+        weights: DeviceWeights,
+        mut opts: ModelOptions,
+    ) -> Result<LlamaModel> {
         cfg.validate()?;
         opts.buckets.sort_unstable();
         opts.buckets.dedup();
         if opts.slots == 0 || opts.max_seq == 0 || opts.buckets.is_empty() || opts.buckets[0] == 0 {
-            return Err(DeviceError::shape("LlamaModel::new", format!("invalid options {opts:?}: slots, max_seq and buckets must be positive")));
+            return Err(DeviceError::shape(
+                "LlamaModel::new",
+                format!("invalid options {opts:?}: slots, max_seq and buckets must be positive"),
+            ));
         }
         if opts.slots >= INACTIVE as usize || opts.max_seq > u32::MAX as usize {
             return Err(DeviceError::shape("LlamaModel::new", "slots and max_seq must fit in 32 bits"));
@@ -222,7 +238,8 @@ impl LlamaModel {
     /// # Errors
     /// A slot out of range ([`DeviceError::Shape`]).
     pub fn release_slot(&mut self, slot: u32) -> Result<()> {
-        let f = self.filled.get_mut(slot as usize).ok_or_else(|| misuse(format!("slot {slot} out of range")))?;
+        let f =
+            self.filled.get_mut(slot as usize).ok_or_else(|| misuse(format!("slot {slot} out of range")))?;
         *f = 0;
         Ok(())
     }
@@ -230,13 +247,21 @@ impl LlamaModel {
     /// The smallest bucket that holds `rows` rows.
     fn bucket_for(&self, rows: usize) -> Result<usize> {
         self.opts.buckets.iter().copied().find(|&b| b >= rows).ok_or_else(|| {
-            misuse(format!("{rows} rows exceed the largest bucket ({})", self.opts.buckets.last().copied().unwrap_or(0)))
+            misuse(format!(
+                "{rows} rows exceed the largest bucket ({})",
+                self.opts.buckets.last().copied().unwrap_or(0)
+            ))
         })
     }
 
     fn estimate_bytes(&self, batch: usize) -> usize {
         let c = &self.cfg;
-        2 * batch * (2 * c.hidden + c.qkv_dim() + c.attn_dim() + 3 * c.intermediate) + 4 * batch * (c.vocab + 4)
+        2 * batch * (2 * c.hidden + c.qkv_dim() + c.attn_dim() + 3 * c.intermediate)
+            + 4 * batch * (c.vocab + 4)
+            + 8 * batch * kernels::llama::ARGMAX_SPLIT
+            + 4 * batch
+                * c.kv_heads
+                * (kernels::llama::ATTN_SPLITS * (c.heads / c.kv_heads) * (c.head_dim + 2) + 1)
     }
 
     /// Captures every bucket now (up to the budget), so that no step pays for a capture.
@@ -315,19 +340,31 @@ impl LlamaModel {
         let mut seen = vec![false; self.opts.slots];
         for r in rows {
             let Some(len) = self.filled.get(r.slot as usize) else {
-                return Err(misuse(format!("slot {} out of range (the model has {})", r.slot, self.opts.slots)));
+                return Err(misuse(format!(
+                    "slot {} out of range (the model has {})",
+                    r.slot, self.opts.slots
+                )));
             };
             if std::mem::replace(&mut seen[r.slot as usize], true) {
                 return Err(misuse(format!("slot {} appears twice in one step", r.slot)));
             }
             if r.position as usize >= self.opts.max_seq {
-                return Err(misuse(format!("position {} is beyond the cache ({} positions per slot)", r.position, self.opts.max_seq)));
+                return Err(misuse(format!(
+                    "position {} is beyond the cache ({} positions per slot)",
+                    r.position, self.opts.max_seq
+                )));
             }
             if r.position > *len {
-                return Err(misuse(format!("slot {} holds {len} positions; position {} would skip some", r.slot, r.position)));
+                return Err(misuse(format!(
+                    "slot {} holds {len} positions; position {} would skip some",
+                    r.slot, r.position
+                )));
             }
             if r.token as usize >= self.cfg.vocab {
-                return Err(misuse(format!("token {} is outside the vocabulary ({})", r.token, self.cfg.vocab)));
+                return Err(misuse(format!(
+                    "token {} is outside the vocabulary ({})",
+                    r.token, self.cfg.vocab
+                )));
             }
         }
         Ok(bucket)

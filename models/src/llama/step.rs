@@ -20,11 +20,20 @@ pub struct KvCache {
 
 impl KvCache {
     /// A zeroed cache for `slots` sequences of up to `max_seq` positions, on `stream`.
-    pub(crate) fn new(stream: &Stream, cfg: &LlamaConfig, slots: usize, max_seq: usize) -> cuda_core::Result<KvCache> {
+    pub(crate) fn new(
+        stream: &Stream,
+        cfg: &LlamaConfig,
+        slots: usize,
+        max_seq: usize,
+    ) -> cuda_core::Result<KvCache> {
         let len = slots
             .checked_mul(cfg.kv_heads * max_seq * cfg.head_dim)
             .filter(|&n| n <= u32::MAX as usize * 4)
-            .ok_or_else(|| cuda_core::Error::InvalidArgument(format!("a KV cache of {slots} x {max_seq} positions is too large")))?;
+            .ok_or_else(|| {
+                cuda_core::Error::InvalidArgument(format!(
+                    "a KV cache of {slots} x {max_seq} positions is too large"
+                ))
+            })?;
         let mut k = Vec::with_capacity(cfg.layers);
         let mut v = Vec::with_capacity(cfg.layers);
         for _ in 0..cfg.layers {
@@ -57,6 +66,9 @@ pub struct StepBuffers {
     act: DeviceBuffer<bf16>,
     pub(crate) logits: DeviceBuffer<f32>,
     pub(crate) next: DeviceBuffer<u32>,
+    argmax_scratch: DeviceBuffer<u64>,
+    attn_partial: DeviceBuffer<f32>,
+    attn_counters: DeviceBuffer<u32>,
 }
 
 impl StepBuffers {
@@ -76,6 +88,16 @@ impl StepBuffers {
             act: z(cfg.intermediate)?,
             logits: DeviceBuffer::zeros(stream, batch * cfg.vocab)?,
             next: DeviceBuffer::zeros(stream, batch)?,
+            argmax_scratch: DeviceBuffer::zeros(stream, batch * kernels::llama::ARGMAX_SPLIT)?,
+            attn_partial: DeviceBuffer::zeros(
+                stream,
+                batch
+                    * cfg.kv_heads
+                    * kernels::llama::ATTN_SPLITS
+                    * (cfg.heads / cfg.kv_heads)
+                    * (cfg.head_dim + 2),
+            )?,
+            attn_counters: DeviceBuffer::zeros(stream, batch * cfg.kv_heads)?,
         })
     }
 
@@ -86,13 +108,16 @@ impl StepBuffers {
         b16.iter().map(|b| b.size_bytes()).sum::<usize>()
             + b32.iter().map(|b| b.size_bytes()).sum::<usize>()
             + self.logits.size_bytes()
+            + self.argmax_scratch.size_bytes()
+            + self.attn_partial.size_bytes()
+            + self.attn_counters.size_bytes()
     }
 }
 
 /// The device work of one decode step for the rows in `buf` (see the module docs). Per layer:
 /// RMSNorm, the stacked q/k/v GEMM, rotary + cache append + attention, the output GEMM added into
 /// the residual (cuBLAS `beta = 1`), RMSNorm, the stacked gate/up GEMM, SwiGLU, and the down
-/// GEMM added into the residual. 9 launches per layer, 4 more around them.
+/// GEMM added into the residual. 9 launches per layer, 5 more around them.
 pub(crate) struct DecodeStep<'a> {
     pub cfg: &'a LlamaConfig,
     pub w: &'a DeviceWeights,
@@ -124,10 +149,23 @@ impl DeviceOp for DecodeStep<'_> {
         for (l, lw) in w.layers.iter().enumerate() {
             k.rmsnorm(s, &buf.h, &lw.attn_norm, &mut buf.xn, b, h, eps)?;
             blas.linear(s, &buf.xn, &lw.wqkv, &mut buf.qkv, lin(h, cfg.qkv_dim(), false))?;
+            let scratch = (&mut buf.attn_partial, &mut buf.attn_counters);
             // SAFETY: `buf.slots` is written only by `LlamaModel` from host values it checked:
-            // real slots distinct and in range, every other row INACTIVE (see `StepBuffers`).
+            // real slots distinct and in range, every other row INACTIVE (see `StepBuffers`);
+            // the counters were allocated zeroed and every launch leaves them zero.
             unsafe {
-                k.rope_attention(s, &buf.qkv, &mut kv.k[l], &mut kv.v[l], &buf.slots, &buf.positions, inv_freq, &mut buf.attn, shape)?;
+                k.rope_attention(
+                    s,
+                    &buf.qkv,
+                    &mut kv.k[l],
+                    &mut kv.v[l],
+                    &buf.slots,
+                    &buf.positions,
+                    inv_freq,
+                    &mut buf.attn,
+                    scratch,
+                    shape,
+                )?;
             }
             blas.linear(s, &buf.attn, &lw.wo, &mut buf.h, lin(cfg.attn_dim(), h, true))?;
             k.rmsnorm(s, &buf.h, &lw.mlp_norm, &mut buf.xn, b, h, eps)?;
@@ -137,7 +175,7 @@ impl DeviceOp for DecodeStep<'_> {
         }
         k.rmsnorm(s, &buf.h, &w.final_norm, &mut buf.xn, b, h, eps)?;
         blas.linear(s, &buf.xn, w.output(), &mut buf.logits, lin(h, cfg.vocab, false))?;
-        k.argmax(s, &buf.logits, &mut buf.next, cfg.vocab)?;
+        k.argmax(s, &buf.logits, &mut buf.argmax_scratch, &mut buf.next, cfg.vocab)?;
         Ok(())
     }
 }

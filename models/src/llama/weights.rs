@@ -100,14 +100,21 @@ impl File<'_> {
     fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<bf16>, LoadError> {
         let t = self.st.tensor(name).map_err(|_| LoadError::Missing { name: name.into() })?;
         if t.shape() != shape {
-            return Err(LoadError::Shape { name: name.into(), expected: shape.to_vec(), actual: t.shape().to_vec() });
+            return Err(LoadError::Shape {
+                name: name.into(),
+                expected: shape.to_vec(),
+                actual: t.shape().to_vec(),
+            });
         }
         let d = t.data();
         let bytes2 = |f: fn([u8; 2]) -> bf16| d.chunks_exact(2).map(|c| f([c[0], c[1]])).collect();
         Ok(match t.dtype() {
-            Dtype::BF16 => bytes2(|b| bf16::from_le_bytes(b)),
+            Dtype::BF16 => bytes2(bf16::from_le_bytes),
             Dtype::F16 => bytes2(|b| bf16::from_f32(half::f16::from_le_bytes(b).to_f32())),
-            Dtype::F32 => d.chunks_exact(4).map(|c| bf16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+            Dtype::F32 => d
+                .chunks_exact(4)
+                .map(|c| bf16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                .collect(),
             other => return Err(LoadError::Dtype { name: name.into(), dtype: format!("{other:?}") }),
         })
     }
@@ -133,12 +140,15 @@ impl HostWeights {
     pub fn from_safetensors(path: &Path, config: &LlamaConfig) -> Result<HostWeights, LoadError> {
         config.validate()?;
         let shown = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|source| LoadError::Io { path: shown.clone(), source })?;
+        let file =
+            std::fs::File::open(path).map_err(|source| LoadError::Io { path: shown.clone(), source })?;
         // SAFETY: the map is read-only and private to this call; the file is not modified by this
         // process while mapped (another process truncating it is outside what Rust can protect
         // against, as for every mmap-based reader).
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| LoadError::Io { path: shown.clone(), source })?;
-        let st = SafeTensors::deserialize(&map).map_err(|e| LoadError::Format { path: shown, reason: e.to_string() })?;
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|source| LoadError::Io { path: shown.clone(), source })?;
+        let st = SafeTensors::deserialize(&map)
+            .map_err(|e| LoadError::Format { path: shown, reason: e.to_string() })?;
         let f = File { st };
         let c = config;
         let (h, hd) = (c.hidden, c.head_dim);
@@ -158,7 +168,10 @@ impl HostWeights {
                     wo: f.get(&format!("{p}.self_attn.o_proj.weight"), &[h, c.heads * hd])?,
                     mlp_norm: f.get(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
                     w_gate_up: f.stacked(
-                        &[(&format!("{p}.mlp.gate_proj.weight"), c.intermediate), (&format!("{p}.mlp.up_proj.weight"), c.intermediate)],
+                        &[
+                            (&format!("{p}.mlp.gate_proj.weight"), c.intermediate),
+                            (&format!("{p}.mlp.up_proj.weight"), c.intermediate),
+                        ],
                         h,
                     )?,
                     w_down: f.get(&format!("{p}.mlp.down_proj.weight"), &[h, c.intermediate])?,
@@ -208,7 +221,12 @@ impl DeviceWeights {
     ///
     /// # Errors
     /// An invalid configuration, kernel compilation, allocation and launch errors.
-    pub fn random(stream: &Stream, config: &LlamaConfig, seed: u64, std: f32) -> cuda_async::Result<DeviceWeights> {
+    pub fn random(
+        stream: &Stream,
+        config: &LlamaConfig,
+        seed: u64,
+        std: f32,
+    ) -> cuda_async::Result<DeviceWeights> {
         config.validate()?;
         let k = LlamaKernels::get(stream.device())?;
         let mut n = 0u64;
@@ -241,9 +259,17 @@ impl DeviceWeights {
         let l: usize = self
             .layers
             .iter()
-            .map(|l| [&l.attn_norm, &l.wqkv, &l.wo, &l.mlp_norm, &l.w_gate_up, &l.w_down].iter().map(|b| b.size_bytes()).sum::<usize>())
+            .map(|l| {
+                [&l.attn_norm, &l.wqkv, &l.wo, &l.mlp_norm, &l.w_gate_up, &l.w_down]
+                    .iter()
+                    .map(|b| b.size_bytes())
+                    .sum::<usize>()
+            })
             .sum();
-        self.embed.size_bytes() + l + self.final_norm.size_bytes() + self.lm_head.as_ref().map_or(0, |b| b.size_bytes())
+        self.embed.size_bytes()
+            + l
+            + self.final_norm.size_bytes()
+            + self.lm_head.as_ref().map_or(0, |b| b.size_bytes())
     }
 
     /// The output projection: `lm_head`, or the embedding table when tied.
@@ -258,7 +284,12 @@ impl DeviceWeights {
 ///
 /// # Errors
 /// An invalid configuration; I/O errors.
-pub fn write_random_safetensors(path: &Path, config: &LlamaConfig, seed: u64, std: f32) -> Result<(), LoadError> {
+pub fn write_random_safetensors(
+    path: &Path,
+    config: &LlamaConfig,
+    seed: u64,
+    std: f32,
+) -> Result<(), LoadError> {
     use rand::{Rng, SeedableRng};
     config.validate()?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -306,5 +337,6 @@ pub fn write_random_safetensors(path: &Path, config: &LlamaConfig, seed: u64, st
         })
         .collect::<Result<Vec<_>, LoadError>>()?;
     let shown = path.display().to_string();
-    safetensors::serialize_to_file(views, None, path).map_err(|e| LoadError::Format { path: shown, reason: e.to_string() })
+    safetensors::serialize_to_file(views, None, path)
+        .map_err(|e| LoadError::Format { path: shown, reason: e.to_string() })
 }

@@ -155,6 +155,54 @@ impl Function {
     /// another thread is capturing `stream` or a buffer's home stream is being captured; driver
     /// errors (e.g. a configuration the driver rejects).
     pub unsafe fn launch<A: KernelArgs>(&self, stream: &Stream, cfg: LaunchConfig, args: A) -> Result<()> {
+        // SAFETY: the caller upholds `launch`'s contract, which is `launch_with`'s.
+        unsafe { self.launch_with(stream, cfg, args, false) }
+    }
+
+    /// [`Function::launch`] as a *programmatic dependent launch* (compute capability 9.0 and
+    /// newer; a plain launch elsewhere): the kernel may start while the kernel queued before it
+    /// on `stream` is still running, once every block of that kernel has executed
+    /// `griddepcontrol.launch_dependents` (or exited). Its blocks can then prefetch and stage
+    /// what does not depend on the earlier kernel and hide the gap between the two. Captured into
+    /// a graph, the dependency becomes a programmatic edge. Every other ordering is unchanged:
+    /// event waits (including the cross-stream joins of buffer tracking) and non-kernel work
+    /// before it are still complete before it starts, and work queued after it starts only after
+    /// it completes.
+    ///
+    /// # Safety
+    /// As for [`Function::launch`], and in addition: on every path, the kernel executes
+    /// `griddepcontrol.wait` (which returns once the earlier kernel has completed and its writes
+    /// are visible) before any load or store of device memory; only L2 prefetches
+    /// (`prefetch.global.L2`, which change no value) may come before it. A kernel that touched
+    /// memory before the wait could race the earlier kernel.
+    ///
+    /// # Errors
+    /// As for [`Function::launch`].
+    pub unsafe fn launch_overlapped<A: KernelArgs>(
+        &self,
+        stream: &Stream,
+        cfg: LaunchConfig,
+        args: A,
+    ) -> Result<()> {
+        let major = crate::device::DeviceAttribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR;
+        let overlap = self.device().attribute(major)? >= 9;
+        // SAFETY: the caller upholds `launch_overlapped`'s contract (the kernel waits for the
+        // earlier grid before touching memory), which is what `launch_with(.., true)` needs.
+        unsafe { self.launch_with(stream, cfg, args, overlap) }
+    }
+
+    /// The launch path of [`Function::launch`] (`overlap: false`) and
+    /// [`Function::launch_overlapped`] (`overlap: true`).
+    ///
+    /// # Safety
+    /// `launch`'s contract, and with `overlap` also `launch_overlapped`'s.
+    unsafe fn launch_with<A: KernelArgs>(
+        &self,
+        stream: &Stream,
+        cfg: LaunchConfig,
+        args: A,
+        overlap: bool,
+    ) -> Result<()> {
         if stream.device() != self.device() {
             return Err(Error::DeviceMismatch {
                 during: "launching a kernel",
@@ -165,6 +213,34 @@ impl Function {
         args.with_params(|ptrs, homes| {
             let enqueue = || {
                 let (g, b) = (cfg.grid, cfg.block);
+                if overlap {
+                    let mut value = sys::CUlaunchAttributeValue { pad: [0; 64] };
+                    value.programmaticStreamSerializationAllowed = 1;
+                    let mut attr = sys::CUlaunchAttribute {
+                        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                        pad: [0; 4],
+                        value,
+                    };
+                    let config = sys::CUlaunchConfig {
+                        gridDimX: g.0,
+                        gridDimY: g.1,
+                        gridDimZ: g.2,
+                        blockDimX: b.0,
+                        blockDimY: b.1,
+                        blockDimZ: b.2,
+                        sharedMemBytes: cfg.shared_mem_bytes,
+                        hStream: stream.raw(),
+                        attrs: &mut attr,
+                        numAttrs: 1,
+                    };
+                    // SAFETY: as for cuLaunchKernel below; `config` and the one attribute it
+                    // points to live across the call; the caller guarantees the kernel waits for
+                    // the earlier grid before touching memory (`launch_overlapped`).
+                    let res = unsafe {
+                        sys::cuLaunchKernelEx(&config, self.raw(), ptrs.as_mut_ptr(), std::ptr::null_mut())
+                    };
+                    return check(res, "launching a kernel (programmatic dependent launch)");
+                }
                 // SAFETY: `ptrs` holds one valid pointer per parameter (KernelArgs contract); the
                 // caller guarantees they match the kernel's signature; the stream is live.
                 let res = unsafe {

@@ -7,32 +7,7 @@
 // against the bounds passed by the host: an out-of-range value never reads or writes outside a
 // buffer; the row it belongs to gets NaN outputs instead, which the host-side checks report.
 
-typedef unsigned short bf16_t;
-
-#define INFINITY __int_as_float(0x7f800000)
-
-__device__ __forceinline__ float bf2f(bf16_t v) { return __uint_as_float(((unsigned)v) << 16); }
-
-__device__ __forceinline__ bf16_t f2bf(float f) {
-    unsigned u = __float_as_uint(f);
-    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (bf16_t)((u >> 16) | 0x40); // NaN stays NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (bf16_t)(u >> 16);
-}
-
-__device__ __forceinline__ float round_bf(float f) { return bf2f(f2bf(f)); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-#define NAN_BF16 ((bf16_t)0x7fc0)
+// (bf16_t, bf2f, f2bf, round_bf, warp_sum, warp_max, NAN_BF16 come from bf16.cuh.)
 
 // h[b][:] = table[tokens[b]][:] for b < batch; a token >= vocab gives a NaN row.
 // Grid: (ceil(hidden / blockDim.x), batch).
@@ -147,6 +122,10 @@ extern "C" __global__ void rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cach
     __shared__ float acc_s[ATTN_WARPS][MAX_GROUP][MAX_HD];
     __shared__ bool last_s;
 
+    // Launched overlapped (Function::launch_overlapped): wait for the kernel ahead (it writes
+    // qkv) before touching memory.
+    PDL_LAUNCH();
+    PDL_WAIT();
     unsigned kvh = blockIdx.x, b = blockIdx.y, z = blockIdx.z;
     if (kvh >= s.kv_heads || b >= s.batch || z >= ATTN_SPLITS) return;
     unsigned hd = s.head_dim, half = hd / 2, group = s.heads / s.kv_heads;

@@ -26,8 +26,10 @@
 use cuda_core::{Device, DeviceBuffer, DeviceRepr, Error, Function, LaunchConfig, PerDevice, Result, Stream};
 use half::bf16;
 
-/// CUDA C source of the decoder kernels.
+/// CUDA C source of the decoder kernels (compiled after [`BF16_SRC`]).
 pub const LLAMA_SRC: &str = include_str!("../cuda/llama.cu");
+/// CUDA C source of the bf16 helpers the decoder kernels share (`cuda/bf16.cuh`).
+pub const BF16_SRC: &str = include_str!("../cuda/bf16.cuh");
 
 /// The largest head dimension the attention kernel supports (`MAX_HD` in `cuda/llama.cu`).
 pub const MAX_HEAD_DIM: usize = 128;
@@ -146,7 +148,8 @@ impl LlamaKernels {
     pub fn get(device: &Device) -> Result<&'static LlamaKernels> {
         static LOADED: PerDevice<LlamaKernels> = PerDevice::new();
         LOADED.get_or_try_init(device, || {
-            let m = device.compile_module("llama.cu", LLAMA_SRC, &["-std=c++17".to_string()])?;
+            let src = format!("{BF16_SRC}{LLAMA_SRC}");
+            let m = device.compile_module("llama.cu", &src, &["-std=c++17".to_string()])?;
             Ok(LlamaKernels {
                 device: *device,
                 max_blocks: device.multiprocessor_count()?.saturating_mul(8).max(1),
@@ -384,8 +387,9 @@ impl LlamaKernels {
         // the zero it started from; `counters` is zeroed by the caller before the first launch and
         // exclusive here). The caller guarantees distinct slots (no two rows share cache rows);
         // within a row only split 0 writes position pos, which no block reads from the cache.
+        // Overlapped launch: every block runs PDL_WAIT() before touching memory.
         unsafe {
-            self.attention.launch(
+            self.attention.launch_overlapped(
                 s,
                 cfg,
                 (qkv, k_cache, v_cache, slots, positions, inv_freq, out, partial, counters, shape),

@@ -101,7 +101,7 @@ fn max_abs(a: &[f32], b: &[f32]) -> f64 {
     })
 }
 
-fn hf_model(dir: &Path, s: &Stream) -> Result<LlamaModel, Failed> {
+fn hf_model(dir: &Path, s: &Stream, fused: bool) -> Result<LlamaModel, Failed> {
     let cfg = LlamaConfig::from_hf_json(&std::fs::read_to_string(dir.join("config.json"))?)?;
     ensure(
         cfg == LlamaConfig::small(),
@@ -112,7 +112,13 @@ fn hf_model(dir: &Path, s: &Stream) -> Result<LlamaModel, Failed> {
         s,
         cfg,
         w,
-        ModelOptions { slots: 8, max_seq: 64, buckets: vec![1, 2, 4, 8], ..Default::default() },
+        ModelOptions {
+            slots: 8,
+            max_seq: 64,
+            buckets: vec![1, 2, 4, 8],
+            fused_small_batch: fused,
+            ..Default::default()
+        },
     )?)
 }
 
@@ -121,10 +127,21 @@ fn hf_model(dir: &Path, s: &Stream) -> Result<LlamaModel, Failed> {
 /// greedy generation gives Hugging Face's tokens wherever the reference's top-2 margin is clear;
 /// the awaited step gives the blocking step's tokens.
 fn hf_reference_small() -> TestResult {
+    hf_reference(true)
+}
+
+/// [`hf_reference_small`]'s logit checks (teacher-forced one sequence at a time, and batched)
+/// with the small-batch fused products off: every product a cuBLAS GEMM, RMSNorm and SwiGLU
+/// separate launches (the path of buckets too large for the fused kernels).
+fn hf_reference_small_cublas() -> TestResult {
+    hf_reference(false)
+}
+
+fn hf_reference(fused: bool) -> TestResult {
     let dir = reference_dir()?;
     let r = load_reference(&dir)?;
     let s = stream()?;
-    let mut m = hf_model(&dir, &s)?;
+    let mut m = hf_model(&dir, &s, fused)?;
     let vocab = m.config().vocab;
     let (mut forced_checked, mut free_checked, mut positions) = (0, 0, 0);
     let argmax = |l: &[f32]| (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b });
@@ -158,6 +175,10 @@ fn hf_reference_small() -> TestResult {
         }
         // Free-running greedy generation: identical until a step where the reference's margin is
         // unclear (where a bf16 run may legitimately choose the runner-up and then diverge).
+        // (Checked on the default path only: the cuBLAS variant checks the products' logits.)
+        if !fused {
+            continue;
+        }
         let gen = m.generate(i as u32, &p.prompt, r.steps)?;
         for t in 0..r.steps {
             let margin = p.margins[p.prompt.len() - 1 + t];
@@ -174,7 +195,7 @@ fn hf_reference_small() -> TestResult {
         2 * forced_checked >= positions,
         format!("only {forced_checked} of {positions} positions had a clear margin"),
     )?;
-    ensure(free_checked >= r.steps, format!("only {free_checked} free-running tokens compared"))?;
+    ensure(!fused || free_checked >= r.steps, format!("only {free_checked} free-running tokens compared"))?;
 
     // All prompts at once: rows join as their positions begin (different lengths), slots 4..7.
     let longest = r.prompts.iter().map(|p| p.tokens.len() - 1).max().unwrap_or(0);
@@ -202,6 +223,9 @@ fn hf_reference_small() -> TestResult {
         ensure(err <= p.bf16_err, format!("batched prompt {i}: error {err:.4e} > {:.4e}", p.bf16_err))?;
     }
 
+    if !fused {
+        return Ok(());
+    }
     // Awaited steps give the blocking steps' tokens.
     let p = &r.prompts[1];
     let blocking = m.generate(0, &p.prompt, 8)?;
@@ -234,7 +258,13 @@ fn random_model(s: &Stream, opts: ModelOptions) -> Result<LlamaModel, Failed> {
 /// bit-identical logits, and a row's logits do not depend on the rows padded around it.
 fn graph_cache_budget_and_padding() -> TestResult {
     let s = stream()?;
-    let opts = ModelOptions { slots: 8, max_seq: 32, buckets: vec![1, 4, 8], graph_budget_bytes: 1 };
+    let opts = ModelOptions {
+        slots: 8,
+        max_seq: 32,
+        buckets: vec![1, 4, 8],
+        graph_budget_bytes: 1,
+        ..Default::default()
+    };
     let mut m = random_model(&s, opts)?;
     let row = |slot, token| Row { slot, position: 0, token };
     m.step(&[row(0, 5)])?;
@@ -379,9 +409,97 @@ fn cancelled_step_keeps_slots_intact() -> TestResult {
     ensure(got == want, format!("after cancellations {got:?} vs {want:?}"))
 }
 
+/// The fused small-batch products (`kernels::gemv`) against an `f64` host reference that rounds
+/// where Hugging Face's bf16 modules round, on random inputs: each mode, row counts that are and
+/// are not compiled sizes, input widths up to the shared-memory limit. Outputs start as NaN
+/// (residual outputs as random values that the result must include). Shapes the kernels cannot
+/// take are refused.
+fn fused_products_match_host() -> TestResult {
+    use cuda_async_tests::{assert_close, rng};
+    use kernels::gemv::Gemv;
+    use rand::Rng;
+    let s = stream()?;
+    let g = Gemv::get(s.device())?;
+    let mut rng = rng();
+    let bf = |v: f64| bf16::from_f64(v).to_f64();
+    let mut randn = |n: usize, scale: f64, shift: f64| -> Vec<bf16> {
+        (0..n).map(|_| bf16::from_f64(shift + scale * rng.random_range(-1.0f64..1.0))).collect()
+    };
+    for &(rows, in_dim, out) in
+        &[(1, 256, 384), (3, 2048, 37), (5, 768, 100), (8, 256, 2048), (2, 8192, 64), (1, 8, 3)]
+    {
+        let x = randn(rows * in_dim, 2.0, 0.0);
+        let nw = randn(in_dim, 0.2, 1.0);
+        let w = randn(2 * out * in_dim, 0.05, 0.0);
+        let y0 = randn(rows * out, 1.0, 0.0);
+        let (dx, dnw, dw) = (
+            DeviceBuffer::from_host(&s, &x)?,
+            DeviceBuffer::from_host(&s, &nw)?,
+            DeviceBuffer::from_host(&s, &w)?,
+        );
+        let dw1 = DeviceBuffer::from_host(&s, &w[..out * in_dim])?;
+        let f = |v: &[bf16]| v.iter().map(|b| b.to_f64()).collect::<Vec<f64>>();
+        let (xf, nwf, wf) = (f(&x), f(&nw), f(&w));
+        let normed: Vec<f64> = (0..rows)
+            .flat_map(|r| {
+                let row = &xf[r * in_dim..(r + 1) * in_dim];
+                let inv = 1.0 / (row.iter().map(|v| v * v).sum::<f64>() / in_dim as f64 + 1e-5).sqrt();
+                row.iter().zip(&nwf).map(move |(&v, &n)| bf(n * bf(v * inv))).collect::<Vec<_>>()
+            })
+            .collect();
+        let dot = |a: &[f64], r: usize, o: usize| -> f64 {
+            (0..in_dim).map(|i| a[r * in_dim + i] * wf[o * in_dim + i]).sum()
+        };
+        let each = |fun: &dyn Fn(usize, usize) -> f64| -> Vec<f64> {
+            (0..rows * out).map(|i| fun(i / out, i % out)).collect()
+        };
+        let tol = 1.5e-2;
+        let what = format!("{rows} rows x {in_dim} -> {out}");
+
+        let mut y = DeviceBuffer::from_host(&s, &vec![bf16::NAN; rows * out])?;
+        g.norm(&s, &dx, &dnw, 1e-5, &dw1, &mut y, rows, in_dim, out)?;
+        assert_close(&f(&y.to_vec()?), &each(&|r, o| bf(dot(&normed, r, o))), tol)
+            .map_err(|e| format!("norm, {what}: {e:?}"))?;
+
+        let mut y = DeviceBuffer::from_host(&s, &vec![f32::NAN; rows * out])?;
+        g.norm_f32(&s, &dx, &dnw, 1e-5, &dw1, &mut y, rows, in_dim, out)?;
+        assert_close(&y.to_vec()?, &each(&|r, o| dot(&normed, r, o)), 2e-3)
+            .map_err(|e| format!("norm_f32, {what}: {e:?}"))?;
+
+        let mut y = DeviceBuffer::from_host(&s, &vec![bf16::NAN; rows * out])?;
+        g.norm_swiglu(&s, &dx, &dnw, 1e-5, &dw, &mut y, rows, in_dim, out)?;
+        let swiglu = |r: usize, o: usize| {
+            let (gt, up) = (bf(dot(&normed, r, o)), bf(dot(&normed, r, o + out)));
+            bf(bf(gt / (1.0 + (-gt).exp())) * up)
+        };
+        assert_close(&f(&y.to_vec()?), &each(&swiglu), tol)
+            .map_err(|e| format!("norm_swiglu, {what}: {e:?}"))?;
+
+        let mut y = DeviceBuffer::from_host(&s, &y0)?;
+        g.residual(&s, &dx, &dw1, &mut y, rows, in_dim, out)?;
+        let y0f = f(&y0);
+        assert_close(&f(&y.to_vec()?), &each(&|r, o| bf(y0f[r * out + o] + bf(dot(&xf, r, o)))), tol)
+            .map_err(|e| format!("residual, {what}: {e:?}"))?;
+    }
+    // Refused: too many rows, rows that do not fit shared memory, widths not a multiple of 8.
+    let x = DeviceBuffer::from_host(&s, &vec![bf16::ONE; 9 * 4096])?;
+    for (rows, in_dim) in [(9, 8), (8, 4096), (1, 12)] {
+        let w = DeviceBuffer::from_host(&s, &vec![bf16::ONE; in_dim])?;
+        let mut y = DeviceBuffer::from_host(&s, &vec![bf16::ZERO; rows])?;
+        let xs = DeviceBuffer::from_host(&s, &x.to_vec()?[..rows * in_dim])?;
+        ensure(
+            g.residual(&s, &xs, &w, &mut y, rows, in_dim, 1).is_err(),
+            format!("{rows} rows of {in_dim} accepted"),
+        )?;
+    }
+    Ok(())
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("hf_reference_small", hf_reference_small)
+        .gpu("hf_reference_small_cublas", hf_reference_small_cublas)
+        .gpu("fused_products_match_host", fused_products_match_host)
         .gpu("graph_cache_budget_and_padding", graph_cache_budget_and_padding)
         .gpu("refusals", refusals)
         .gpu("kernel_guards", kernel_guards)

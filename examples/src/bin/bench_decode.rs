@@ -38,6 +38,10 @@ struct Args {
     /// Skip the PyTorch baselines.
     #[arg(long)]
     no_torch: bool,
+    /// Use cuBLAS GEMMs with separate norm/SwiGLU launches at every batch size (no fused
+    /// small-batch products), for comparison.
+    #[arg(long)]
+    no_fused: bool,
     /// PyTorch modes to run.
     #[arg(long, default_value = "eager,cudagraph,compile")]
     torch_modes: String,
@@ -98,6 +102,30 @@ fn decode(
     Ok(median(times))
 }
 
+/// The operating system's share of any await: a thread parks, another spins for `wait` and then
+/// unparks it; the median time from the unpark call to the parked thread running again. An
+/// awaiting executor thread that went to sleep pays this on every wake-up, whatever wakes it.
+fn park_wake_latency_us(wait: std::time::Duration) -> f64 {
+    let mut lat = Vec::new();
+    for _ in 0..50 {
+        let (tx, rx) = std::sync::mpsc::channel::<Instant>();
+        let sleeper = std::thread::spawn(move || {
+            std::thread::park();
+            let woke = Instant::now();
+            rx.recv().map(|unparked| woke.saturating_duration_since(unparked)).unwrap_or_default()
+        });
+        let start = Instant::now();
+        while start.elapsed() < wait {
+            std::hint::spin_loop();
+        }
+        let unparked = Instant::now();
+        sleeper.thread().unpark();
+        let _ = tx.send(unparked);
+        lat.push(sleeper.join().unwrap_or_default().as_secs_f64() * 1e6);
+    }
+    median(lat)
+}
+
 fn main() -> Result<()> {
     let a = Args::parse();
     let dev = Device::new(0).context("no GPU")?;
@@ -106,7 +134,12 @@ fn main() -> Result<()> {
     let w = DeviceWeights::random(&stream, &cfg, 5, 0.02)?;
     let max_seq = a.context + a.steps * (a.reps + 1) + 16;
     let max_batch = a.batches.iter().copied().max().unwrap_or(1);
-    let opts = ModelOptions { slots: max_batch.max(2), max_seq, ..Default::default() };
+    let opts = ModelOptions {
+        slots: max_batch.max(2),
+        max_seq,
+        fused_small_batch: !a.no_fused,
+        ..Default::default()
+    };
     let mut m = LlamaModel::new(&stream, cfg.clone(), w, opts)?;
     m.capture_all()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -158,6 +191,8 @@ fn main() -> Result<()> {
         "batch 1, 8 positions: blocking {bl:.4} ms/step, awaited from tokio {aw:.4} ms/step ({:+.1} us)",
         (aw - bl) * 1e3
     );
+    let wake_us = park_wake_latency_us(std::time::Duration::from_secs_f64(bl / 1e3));
+    println!("OS floor: a thread parked for one step ({bl:.3} ms) runs {wake_us:.1} us after its unpark (median of 50)");
     let buckets: Vec<_> = m
         .buckets()
         .iter()
@@ -228,7 +263,7 @@ fn main() -> Result<()> {
     let report = json!({
         "bench": "decode", "gpu": dev.name(), "shape": if a.small { "small" } else { "llama-3.2-1b" },
         "context": a.context, "steps": a.steps, "reps": a.reps, "rows": rows, "buckets": buckets,
-        "await_vs_blocking_us": (aw - bl) * 1e3, "blocking_ms": bl, "awaited_ms": aw, "torch": torch,
+        "await_vs_blocking_us": (aw - bl) * 1e3, "os_park_wake_us": wake_us, "fused_small_batch": !a.no_fused, "blocking_ms": bl, "awaited_ms": aw, "torch": torch,
     });
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)?;

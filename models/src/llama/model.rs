@@ -6,6 +6,7 @@ use super::weights::DeviceWeights;
 use cuda_async::{value, CudaGraph, DeviceError, DeviceOp, DeviceOpExt, Module, Result};
 use cuda_core::blas::Blas;
 use cuda_core::{DeviceBuffer, PinnedBuffer, Stream};
+use kernels::gemv::Gemv;
 use kernels::llama::{LlamaKernels, INACTIVE};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -34,6 +35,10 @@ pub struct ModelOptions {
     /// Device memory the captured buckets may take together (their buffers plus what
     /// instantiating the graph took); the least recently used buckets are evicted beyond it.
     pub graph_budget_bytes: usize,
+    /// Run the products of small buckets ([`kernels::gemv::Gemv::fits`]) as fused launches
+    /// (RMSNorm, SwiGLU and residual adds inside the product) instead of cuBLAS GEMMs beside
+    /// separate elementwise launches. On by default; off only for comparisons.
+    pub fused_small_batch: bool,
 }
 
 impl Default for ModelOptions {
@@ -43,6 +48,7 @@ impl Default for ModelOptions {
             max_seq: 1024,
             buckets: vec![1, 2, 4, 8, 16, 32, 64],
             graph_budget_bytes: usize::MAX,
+            fused_small_batch: true,
         }
     }
 }
@@ -122,6 +128,7 @@ pub struct LlamaModel {
     kv: KvCache,
     blas: Blas,
     kernels: &'static LlamaKernels,
+    gemv: Option<&'static Gemv>,
     stream: Stream,
     opts: ModelOptions,
     buckets: BTreeMap<usize, Bucket>,
@@ -171,6 +178,7 @@ impl LlamaModel {
             return Err(DeviceError::shape("LlamaModel::new", "slots and max_seq must fit in 32 bits"));
         }
         let kernels = LlamaKernels::get(stream.device())?;
+        let gemv = if opts.fused_small_batch { Some(Gemv::get(stream.device())?) } else { None };
         let blas = Blas::new(stream)?;
         let kv = KvCache::new(stream, &cfg, opts.slots, opts.max_seq)?;
         let inv_freq = DeviceBuffer::from_host(stream, &cfg.inv_freq())?;
@@ -182,6 +190,7 @@ impl LlamaModel {
             kv,
             blas,
             kernels,
+            gemv,
             stream: stream.clone(),
             opts,
             buckets: BTreeMap::new(),
@@ -295,16 +304,17 @@ impl LlamaModel {
                 self.evictions += 1;
             }
         }
-        let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, stream, .. } = self;
+        let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, gemv, stream, .. } = self;
+        let gemv = *gemv;
         let mut buf = StepBuffers::new(stream, cfg, batch)?;
         let dev = stream.device();
         // Warm-up: every row inactive (no cache access); loads cuBLAS's kernels and picks its
         // algorithms outside the capture.
-        DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels }.sync_on(stream)?;
+        DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels, gemv }.sync_on(stream)?;
         let free_before = dev.memory_info()?.0;
         let t = Instant::now();
         let graph = CudaGraph::scope(stream, |s| {
-            s.record(DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels })?;
+            s.record(DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels, gemv })?;
             Ok(())
         })?;
         let capture_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -438,13 +448,14 @@ impl LlamaModel {
             self.filled[r.slot as usize] = r.position + 1;
         }
         self.last_rows = Some((batch, rows.len()));
-        let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, stream, buckets, .. } = self;
+        let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, gemv, stream, buckets, .. } = self;
         let b = buckets.get_mut(&batch).ok_or_else(|| misuse("bucket vanished".into()))?;
         b.write_rows(rows)?;
         b.in_tokens.copy_to_device_async(stream, &mut b.buf.tokens)?;
         b.in_slots.copy_to_device_async(stream, &mut b.buf.slots)?;
         b.in_positions.copy_to_device_async(stream, &mut b.buf.positions)?;
-        DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut b.buf, blas, kernels }.sync_on(stream)?;
+        DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut b.buf, blas, kernels, gemv: *gemv }
+            .sync_on(stream)?;
         b.out_next.copy_from_device_async(stream, &b.buf.next)?;
         Ok(b.out_next.as_slice()?[..rows.len()].to_vec())
     }

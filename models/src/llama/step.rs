@@ -8,6 +8,7 @@ use cuda_async::{DeviceOp, ExecutionContext, GraphNode, Result};
 use cuda_core::blas::{Blas, Linear};
 use cuda_core::{DeviceBuffer, Stream};
 use half::bf16;
+use kernels::gemv::Gemv;
 use kernels::llama::{AttnShape, LlamaKernels, INACTIVE};
 
 /// The key/value cache of every layer: `[slots][kv_heads][max_seq][head_dim]` per layer.
@@ -115,9 +116,14 @@ impl StepBuffers {
 }
 
 /// The device work of one decode step for the rows in `buf` (see the module docs). Per layer:
-/// RMSNorm, the stacked q/k/v GEMM, rotary + cache append + attention, the output GEMM added into
-/// the residual (cuBLAS `beta = 1`), RMSNorm, the stacked gate/up GEMM, SwiGLU, and the down
-/// GEMM added into the residual. 9 launches per layer, 5 more around them.
+/// RMSNorm, the stacked q/k/v product, rotary + cache append + attention, the output product
+/// added into the residual, RMSNorm, the stacked gate/up product, SwiGLU, and the down product
+/// added into the residual.
+///
+/// With `gemv` (small batches: [`Gemv::fits`]) each product is one fused launch that also does
+/// the RMSNorm before it, the SwiGLU after it or the residual add (5 launches per layer);
+/// otherwise the products are cuBLAS GEMMs (residual adds as `beta = 1`) beside separate norm
+/// and SwiGLU launches (9 per layer). The choice is made per product, by its input width.
 pub(crate) struct DecodeStep<'a> {
     pub cfg: &'a LlamaConfig,
     pub w: &'a DeviceWeights,
@@ -126,16 +132,18 @@ pub(crate) struct DecodeStep<'a> {
     pub buf: &'a mut StepBuffers,
     pub blas: &'a Blas,
     pub kernels: &'static LlamaKernels,
+    pub gemv: Option<&'static Gemv>,
 }
 
 impl DeviceOp for DecodeStep<'_> {
     type Output = ();
 
     fn execute(self, ctx: &ExecutionContext<'_>) -> Result<()> {
-        let DecodeStep { cfg, w, inv_freq, kv, buf, blas, kernels: k } = self;
+        let DecodeStep { cfg, w, inv_freq, kv, buf, blas, kernels: k, gemv } = self;
         let s = ctx.stream();
         let (b, h, eps) = (buf.batch, cfg.hidden, cfg.rms_eps as f32);
         let lin = |in_dim, out_dim, accumulate| Linear { rows: b, in_dim, out_dim, accumulate };
+        let fused = |in_dim: usize| gemv.filter(|_| Gemv::fits(b, in_dim));
         let shape = AttnShape {
             batch: b as u32,
             heads: cfg.heads as u32,
@@ -147,8 +155,12 @@ impl DeviceOp for DecodeStep<'_> {
         };
         k.embed(s, &buf.tokens, &w.embed, &mut buf.h, h)?;
         for (l, lw) in w.layers.iter().enumerate() {
-            k.rmsnorm(s, &buf.h, &lw.attn_norm, &mut buf.xn, b, h, eps)?;
-            blas.linear(s, &buf.xn, &lw.wqkv, &mut buf.qkv, lin(h, cfg.qkv_dim(), false))?;
+            if let Some(g) = fused(h) {
+                g.norm(s, &buf.h, &lw.attn_norm, eps, &lw.wqkv, &mut buf.qkv, b, h, cfg.qkv_dim())?;
+            } else {
+                k.rmsnorm(s, &buf.h, &lw.attn_norm, &mut buf.xn, b, h, eps)?;
+                blas.linear(s, &buf.xn, &lw.wqkv, &mut buf.qkv, lin(h, cfg.qkv_dim(), false))?;
+            }
             let scratch = (&mut buf.attn_partial, &mut buf.attn_counters);
             // SAFETY: `buf.slots` is written only by `LlamaModel` from host values it checked:
             // real slots distinct and in range, every other row INACTIVE (see `StepBuffers`);
@@ -167,14 +179,40 @@ impl DeviceOp for DecodeStep<'_> {
                     shape,
                 )?;
             }
-            blas.linear(s, &buf.attn, &lw.wo, &mut buf.h, lin(cfg.attn_dim(), h, true))?;
-            k.rmsnorm(s, &buf.h, &lw.mlp_norm, &mut buf.xn, b, h, eps)?;
-            blas.linear(s, &buf.xn, &lw.w_gate_up, &mut buf.gu, lin(h, 2 * cfg.intermediate, false))?;
-            k.silu_mul(s, &buf.gu, &mut buf.act, b, cfg.intermediate)?;
-            blas.linear(s, &buf.act, &lw.w_down, &mut buf.h, lin(cfg.intermediate, h, true))?;
+            if let Some(g) = fused(cfg.attn_dim()) {
+                g.residual(s, &buf.attn, &lw.wo, &mut buf.h, b, cfg.attn_dim(), h)?;
+            } else {
+                blas.linear(s, &buf.attn, &lw.wo, &mut buf.h, lin(cfg.attn_dim(), h, true))?;
+            }
+            if let Some(g) = fused(h) {
+                g.norm_swiglu(
+                    s,
+                    &buf.h,
+                    &lw.mlp_norm,
+                    eps,
+                    &lw.w_gate_up,
+                    &mut buf.act,
+                    b,
+                    h,
+                    cfg.intermediate,
+                )?;
+            } else {
+                k.rmsnorm(s, &buf.h, &lw.mlp_norm, &mut buf.xn, b, h, eps)?;
+                blas.linear(s, &buf.xn, &lw.w_gate_up, &mut buf.gu, lin(h, 2 * cfg.intermediate, false))?;
+                k.silu_mul(s, &buf.gu, &mut buf.act, b, cfg.intermediate)?;
+            }
+            if let Some(g) = fused(cfg.intermediate) {
+                g.residual(s, &buf.act, &lw.w_down, &mut buf.h, b, cfg.intermediate, h)?;
+            } else {
+                blas.linear(s, &buf.act, &lw.w_down, &mut buf.h, lin(cfg.intermediate, h, true))?;
+            }
         }
-        k.rmsnorm(s, &buf.h, &w.final_norm, &mut buf.xn, b, h, eps)?;
-        blas.linear(s, &buf.xn, w.output(), &mut buf.logits, lin(h, cfg.vocab, false))?;
+        if let Some(g) = fused(h) {
+            g.norm_f32(s, &buf.h, &w.final_norm, eps, w.output(), &mut buf.logits, b, h, cfg.vocab)?;
+        } else {
+            k.rmsnorm(s, &buf.h, &w.final_norm, &mut buf.xn, b, h, eps)?;
+            blas.linear(s, &buf.xn, w.output(), &mut buf.logits, lin(h, cfg.vocab, false))?;
+        }
         k.argmax(s, &buf.logits, &mut buf.argmax_scratch, &mut buf.next, cfg.vocab)?;
         Ok(())
     }

@@ -1,0 +1,346 @@
+//! Small-batch bf16 matrix-vector products for decode (`cuda/gemv.cu`), with RMSNorm, SwiGLU and
+//! the residual add fused in: at 1 to [`GEMV_MAX_ROWS`] rows a product is bound by reading the
+//! weights once, so each launch streams its weight matrix with 16-byte loads (one warp per output
+//! row) and does the elementwise work around it in the same launch.
+//!
+//! Every launcher checks the devices, the row count, the 16-byte alignment of rows (`in % 8 ==
+//! 0`), the shared memory the staged input rows need ([`Gemv::fits`]) and every buffer length
+//! before launching; the kernels touch exactly the elements those lengths describe.
+//!
+//! ```no_run
+//! use cuda_core::{Device, DeviceBuffer};
+//! use half::bf16;
+//! use kernels::gemv::Gemv;
+//! # fn main() -> cuda_core::Result<()> {
+//! let s = Device::new(0)?.new_stream()?;
+//! let g = Gemv::get(s.device())?;
+//! let x = DeviceBuffer::from_host(&s, &[bf16::ONE; 16])?; // 1 row of 16
+//! let w = DeviceBuffer::from_host(&s, &[bf16::from_f32(0.5); 32])?; // 2 outputs x 16 inputs
+//! let mut y = DeviceBuffer::from_host(&s, &[bf16::ONE; 2])?;
+//! g.residual(&s, &x, &w, &mut y, 1, 16, 2)?; // y = 1 + 16 * 0.5
+//! assert_eq!(y.to_vec()?, vec![bf16::from_f32(9.0); 2]);
+//! # Ok(()) }
+//! ```
+
+use crate::llama::BF16_SRC;
+use cuda_core::{Device, DeviceBuffer, Error, Function, LaunchConfig, PerDevice, Result, Stream};
+use half::bf16;
+
+/// CUDA C source of the products (`bf16.cuh` + `gemv.cu`).
+pub const GEMV_SRC: &str = include_str!("../cuda/gemv.cu");
+
+/// The most rows one launch takes.
+pub const GEMV_MAX_ROWS: usize = 8;
+/// The most shared memory the staged input rows may take (`R * in * 2` bytes, `R` the row count
+/// rounded up to 1, 2, 4 or 8): the default per-block limit, so no opt-in is needed.
+pub const GEMV_MAX_SHARED: usize = 48 << 10;
+const WARPS: u32 = 8;
+/// 16-byte loads per lane in flight per round (`GEMV_UNROLL`).
+const UNROLL: usize = 8;
+
+/// One kernel per compiled row count (1, 2, 4, 8).
+struct ByRows([Function; 4]);
+
+impl ByRows {
+    fn load(m: &cuda_core::CudaModule, name: &str) -> Result<ByRows> {
+        let f = |r: usize| m.function(&format!("{name}_r{r}"));
+        Ok(ByRows([f(1)?, f(2)?, f(4)?, f(8)?]))
+    }
+}
+
+/// The fused small-batch products, loaded on one device.
+pub struct Gemv {
+    device: Device,
+    max_blocks: u32,
+    norm: ByRows,
+    norm_f32: ByRows,
+    norm_swiglu: ByRows,
+    residual: ByRows,
+}
+
+/// The compiled row count for `rows` (1, 2, 4 or 8) and its index.
+fn bucket(rows: usize) -> Option<(usize, usize)> {
+    [1usize, 2, 4, 8].iter().copied().enumerate().find(|&(_, r)| r >= rows).map(|(i, r)| (r, i))
+}
+
+fn len_check(during: &'static str, expected: usize, actual: usize) -> Result<()> {
+    if expected == actual {
+        return Ok(());
+    }
+    Err(Error::LengthMismatch { during, expected, actual })
+}
+
+fn mul(a: usize, b: usize) -> Result<usize> {
+    a.checked_mul(b).ok_or_else(|| Error::InvalidArgument(format!("{a} * {b} elements overflow")))
+}
+
+fn dim(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::InvalidArgument(format!("{what} = {v} exceeds u32::MAX")))
+}
+
+impl Gemv {
+    /// The kernels on `device`, compiled (or read from the cache) and loaded on first use.
+    ///
+    /// # Errors
+    /// NVRTC and module-loading errors ([`Error::NvrtcMissing`] without `libnvrtc`).
+    pub fn get(device: &Device) -> Result<&'static Gemv> {
+        static LOADED: PerDevice<Gemv> = PerDevice::new();
+        LOADED.get_or_try_init(device, || {
+            let src = format!("{BF16_SRC}{GEMV_SRC}");
+            let m = device.compile_module("gemv.cu", &src, &["-std=c++17".to_string()])?;
+            Ok(Gemv {
+                device: *device,
+                max_blocks: device.multiprocessor_count()?.saturating_mul(8).max(1),
+                norm: ByRows::load(&m, "gemv_norm")?,
+                norm_f32: ByRows::load(&m, "gemv_norm_f32")?,
+                norm_swiglu: ByRows::load(&m, "gemv_norm_swiglu")?,
+                residual: ByRows::load(&m, "gemv_residual")?,
+            })
+        })
+    }
+
+    /// Whether a product over `rows` rows of `in_dim` inputs can run here: `1 <= rows <=`
+    /// [`GEMV_MAX_ROWS`], `in_dim` a positive multiple of 8, and the staged rows within
+    /// [`GEMV_MAX_SHARED`].
+    pub fn fits(rows: usize, in_dim: usize) -> bool {
+        match bucket(rows) {
+            Some((r, _)) => {
+                rows > 0 && in_dim > 0 && in_dim.is_multiple_of(8) && r * in_dim * 2 <= GEMV_MAX_SHARED
+            }
+            None => false,
+        }
+    }
+
+    /// Checks the stream's and buffers' devices and the shape; returns the kernel index and the
+    /// launch configuration for `out` output rows (the grid-stride loop covers them all).
+    fn plan(
+        &self,
+        s: &Stream,
+        during: &'static str,
+        devices: &[&Device],
+        rows: usize,
+        in_dim: usize,
+        out: usize,
+    ) -> Result<(usize, LaunchConfig, u32)> {
+        for d in std::iter::once(s.device()).chain(devices.iter().copied()) {
+            if d != &self.device {
+                return Err(Error::DeviceMismatch {
+                    during,
+                    expected: self.device.ordinal(),
+                    actual: d.ordinal(),
+                });
+            }
+        }
+        if !Gemv::fits(rows, in_dim) {
+            return Err(Error::InvalidArgument(format!(
+                "{during}: {rows} rows of {in_dim} inputs: needs 1..={GEMV_MAX_ROWS} rows, inputs a multiple of 8, and the rows within {GEMV_MAX_SHARED} bytes of shared memory"
+            )));
+        }
+        let (r, idx) =
+            bucket(rows).ok_or_else(|| Error::InvalidArgument(format!("{during}: {rows} rows")))?;
+        dim(out, "out")?;
+        // Warps per output row: enough that each warp's share of a row is one batch of
+        // UNROLL loads per lane (a long row, e.g. the down projection, is otherwise read in
+        // several dependent rounds), at most 8. Measured on the H100 (bench-decode), splitting
+        // rows further to fill more blocks did not pay.
+        let split = (in_dim / 8).div_ceil(32 * UNROLL).clamp(1, WARPS as usize).next_power_of_two();
+        let blocks = (out * split).div_ceil(WARPS as usize).min(self.max_blocks as usize).max(1) as u32;
+        let cfg = LaunchConfig {
+            grid: (blocks, 1, 1),
+            block: (WARPS * 32, 1, 1),
+            shared_mem_bytes: (r * in_dim * 2) as u32,
+        };
+        Ok((idx, cfg, split as u32))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn norm_launch<Y: cuda_core::DeviceRepr>(
+        &self,
+        kernels: &ByRows,
+        during: &'static str,
+        s: &Stream,
+        x: &DeviceBuffer<bf16>,
+        norm_w: &DeviceBuffer<bf16>,
+        eps: f32,
+        w: &DeviceBuffer<bf16>,
+        y: &mut DeviceBuffer<Y>,
+        rows: usize,
+        in_dim: usize,
+        out: usize,
+        w_rows: usize,
+    ) -> Result<()> {
+        let (idx, cfg, split) =
+            self.plan(s, during, &[x.device(), norm_w.device(), w.device(), y.device()], rows, in_dim, out)?;
+        len_check("fused product: x must hold rows * in", mul(rows, in_dim)?, x.len())?;
+        len_check("fused product: the norm weight must hold in", in_dim, norm_w.len())?;
+        len_check("fused product: w must hold its rows * in", mul(w_rows, in_dim)?, w.len())?;
+        len_check("fused product: y must hold rows * out", mul(rows, out)?, y.len())?;
+        if out == 0 {
+            return Ok(());
+        }
+        // SAFETY: matches `NAME_rR(const bf16_t* x, const bf16_t* nw, float eps, const bf16_t* w,
+        // void* y, unsigned rows, unsigned in, unsigned out, unsigned split)` with rows <= R and
+        // split in {1, 2, 4, 8} (`plan`): the kernel
+        // reads x[0..rows*in], nw[0..in], w[0..w_rows*in] and writes y[0..rows*out] (each length
+        // checked above; y's element type is the one the kernel writes, as the callers pair
+        // them), with in % 8 == 0 and allocations 256-byte aligned for its 16-byte loads, and
+        // R * in * 2 bytes of dynamic shared memory (within the default limit, `plan`). `y` is
+        // borrowed mutably, so no other launch can touch it. Overlapped launch: every block runs
+        // PDL_WAIT() before its first load or store; only L2 prefetches of `w` come before it.
+        unsafe {
+            kernels.0[idx].launch_overlapped(
+                s,
+                cfg,
+                (x, norm_w, eps, w, y, rows as u32, in_dim as u32, out as u32, split),
+            )
+        }
+    }
+
+    /// `y = bf16(RMSNorm(x) · wᵀ)`: `x[rows][in]`, `norm_w[in]`, `w[out][in]`, `y[rows][out]`.
+    ///
+    /// # Errors
+    /// A shape [`Gemv::fits`] refuses, lengths that do not fit it, devices that differ, driver
+    /// errors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn norm(
+        &self,
+        s: &Stream,
+        x: &DeviceBuffer<bf16>,
+        norm_w: &DeviceBuffer<bf16>,
+        eps: f32,
+        w: &DeviceBuffer<bf16>,
+        y: &mut DeviceBuffer<bf16>,
+        rows: usize,
+        in_dim: usize,
+        out: usize,
+    ) -> Result<()> {
+        self.norm_launch(
+            &self.norm,
+            "fused RMSNorm + product",
+            s,
+            x,
+            norm_w,
+            eps,
+            w,
+            y,
+            rows,
+            in_dim,
+            out,
+            out,
+        )
+    }
+
+    /// `y = RMSNorm(x) · wᵀ` in `f32` (logits): shapes as [`Gemv::norm`].
+    ///
+    /// # Errors
+    /// As for [`Gemv::norm`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn norm_f32(
+        &self,
+        s: &Stream,
+        x: &DeviceBuffer<bf16>,
+        norm_w: &DeviceBuffer<bf16>,
+        eps: f32,
+        w: &DeviceBuffer<bf16>,
+        y: &mut DeviceBuffer<f32>,
+        rows: usize,
+        in_dim: usize,
+        out: usize,
+    ) -> Result<()> {
+        self.norm_launch(
+            &self.norm_f32,
+            "fused RMSNorm + product (f32)",
+            s,
+            x,
+            norm_w,
+            eps,
+            w,
+            y,
+            rows,
+            in_dim,
+            out,
+            out,
+        )
+    }
+
+    /// SwiGLU after a fused RMSNorm: `[g | u] = bf16(RMSNorm(x) · w_gate_upᵀ)` with
+    /// `w_gate_up[2 * inter][in]` (gate rows first), `y[r][i] = bf16(bf16(silu(g)) * u)`,
+    /// `y[rows][inter]`.
+    ///
+    /// # Errors
+    /// As for [`Gemv::norm`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn norm_swiglu(
+        &self,
+        s: &Stream,
+        x: &DeviceBuffer<bf16>,
+        norm_w: &DeviceBuffer<bf16>,
+        eps: f32,
+        w_gate_up: &DeviceBuffer<bf16>,
+        y: &mut DeviceBuffer<bf16>,
+        rows: usize,
+        in_dim: usize,
+        inter: usize,
+    ) -> Result<()> {
+        let w_rows = mul(inter, 2)?;
+        self.norm_launch(
+            &self.norm_swiglu,
+            "fused RMSNorm + gate/up product + SwiGLU",
+            s,
+            x,
+            norm_w,
+            eps,
+            w_gate_up,
+            y,
+            rows,
+            in_dim,
+            inter,
+            w_rows,
+        )
+    }
+
+    /// `y = bf16(y + bf16(x · wᵀ))` (a product added into the residual stream, rounded as
+    /// Hugging Face's bf16 modules round): `x[rows][in]`, `w[out][in]`, `y[rows][out]`.
+    ///
+    /// # Errors
+    /// As for [`Gemv::norm`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn residual(
+        &self,
+        s: &Stream,
+        x: &DeviceBuffer<bf16>,
+        w: &DeviceBuffer<bf16>,
+        y: &mut DeviceBuffer<bf16>,
+        rows: usize,
+        in_dim: usize,
+        out: usize,
+    ) -> Result<()> {
+        let (idx, cfg, split) = self.plan(
+            s,
+            "fused product + residual",
+            &[x.device(), w.device(), y.device()],
+            rows,
+            in_dim,
+            out,
+        )?;
+        len_check("fused product: x must hold rows * in", mul(rows, in_dim)?, x.len())?;
+        len_check("fused product: w must hold out * in", mul(out, in_dim)?, w.len())?;
+        len_check("fused product: y must hold rows * out", mul(rows, out)?, y.len())?;
+        if out == 0 {
+            return Ok(());
+        }
+        // SAFETY: matches `gemv_residual_rR(const bf16_t* x, const bf16_t* w, bf16_t* y, unsigned
+        // rows, unsigned in, unsigned out, unsigned split)` with rows <= R, split in {1, 2, 4, 8}: reads x[0..rows*in], w[0..out*in],
+        // reads and writes y[0..rows*out] (each element by one thread), lengths checked above;
+        // x and y are distinct buffers (one borrowed shared, the other mutably); in % 8 == 0 and
+        // the shared memory as in `norm_launch`; overlapped launch as there (PDL_WAIT() before
+        // any load or store).
+        unsafe {
+            self.residual.0[idx].launch_overlapped(
+                s,
+                cfg,
+                (x, w, y, rows as u32, in_dim as u32, out as u32, split),
+            )
+        }
+    }
+}

@@ -156,6 +156,12 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         if self.is_empty() {
             return Ok(path);
         }
+        if path != PeerPath::SameDevice {
+            // Checked again, atomically, when the copy is queued; this early check keeps the
+            // bounce-buffer allocation (which a capture may not contain) out of a capture.
+            let what = "a copy between devices (or staged) on a stream being captured";
+            crate::capture::refuse_if_capturing(&stream.lock(), what)?;
+        }
         match path {
             PeerPath::SameDevice => self.copy_from_device(stream, src)?,
             PeerPath::Peer => self.copy_peer_direct(stream, src)?,

@@ -224,6 +224,7 @@ impl Communicator {
                 return Ok(());
             }
             stream.device().bind()?;
+            let _one_call_at_a_time = self.lock_rank(rank);
             // SAFETY: `comm` is this live communicator (its group outlives the call, and a graph
             // recording it keeps the group); stream and buffers are of its device (checked) with
             // the lengths `count` needs (checked); `recv` is borrowed mutably, so it aliases

@@ -5,19 +5,21 @@ use super::{check, load};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use cudarc::nccl::sys;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The communicators of one [`Communicator::init_all`], destroyed together.
 pub(super) struct Group {
     comms: Vec<sys::ncclComm_t>,
     devices: Vec<Device>,
+    /// One lock per rank, held around every NCCL call on its communicator: NCCL's calls are
+    /// re-entrant but not thread-safe on one communicator, and handles are shared across threads.
+    locks: Vec<Mutex<()>>,
     pub(super) matching: Matching,
 }
 
-// SAFETY: NCCL communicators may be used from any thread; this crate never issues two calls on
-// one communicator at once without NCCL's own serialisation (collectives are queued under the
-// stream's enqueue lock, and NCCL is thread-safe across communicators). The handles are only
-// destroyed by `Drop`, when no other owner is left.
+// SAFETY: NCCL communicators may be used from any thread, one call at a time: every call on a
+// communicator is made under its rank's lock (`Group::lock`), and NCCL is re-entrant across
+// communicators. The handles are only destroyed by `Drop`, when no other owner is left.
 unsafe impl Send for Group {}
 // SAFETY: as above; the handles are immutable after creation, the rest is behind a mutex.
 unsafe impl Sync for Group {}
@@ -26,8 +28,8 @@ impl Drop for Group {
     fn drop(&mut self) {
         // Finalize all ranks together (it may synchronise the ranks, so one thread finalising them
         // one by one could wait forever), then destroy each. Finalize waits for the queued work.
-        // Errors cannot be returned from a drop; they are counted as CUDA drop errors are not, so
-        // they are ignored (the communicators are gone either way).
+        // Errors cannot be returned from a drop and are ignored: the communicators are gone either
+        // way.
         // SAFETY: the handles are live and owned by this group; nothing else uses them any more
         // (every handle, and every graph that recorded a collective, held this group).
         unsafe {
@@ -102,8 +104,9 @@ impl Communicator {
         // ordinals (opened devices, whose primary contexts NCCL's runtime calls will use).
         let res = unsafe { sys::ncclCommInitAll(comms.as_mut_ptr(), n, ordinals.as_ptr()) };
         check(res, "creating NCCL communicators (ncclCommInitAll)")?;
-        let group =
-            Arc::new(Group { comms, devices: devices.to_vec(), matching: Matching::new(devices.len()) });
+        let locks = devices.iter().map(|_| Mutex::new(())).collect();
+        let matching = Matching::new(devices.len());
+        let group = Arc::new(Group { comms, devices: devices.to_vec(), locks, matching });
         Ok((0..devices.len()).map(|rank| Communicator { group: group.clone(), rank }).collect())
     }
 
@@ -130,6 +133,12 @@ impl Communicator {
     /// The raw handle, valid as long as any handle of the group lives.
     pub fn raw(&self) -> sys::ncclComm_t {
         self.group.comms[self.rank]
+    }
+
+    /// Takes the lock of rank `rank`'s communicator (see [`Group`]); several are taken in rank
+    /// order.
+    pub(super) fn lock_rank(&self, rank: usize) -> MutexGuard<'_, ()> {
+        self.group.locks[rank].lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(super) fn group(&self) -> &Arc<Group> {

@@ -115,6 +115,9 @@ pub fn run<T: NcclScalar>(kind: Collective, ranks: &mut [Rank<'_, T>]) -> Result
         if count == 0 {
             return Ok(());
         }
+        let mut by_rank: Vec<&Communicator> = ranks.iter().map(|r| r.comm).collect();
+        by_rank.sort_by_key(|c| c.rank());
+        let _one_call_at_a_time: Vec<_> = by_rank.iter().map(|c| c.lock_rank(c.rank())).collect();
         // SAFETY: (all three) the communicators are live (their group is held by `ranks`); every
         // stream and buffer is of its rank's device with the lengths `count` needs (checked above);
         // each `recv` is borrowed mutably, so it aliases nothing; `ordered_group` queued every

@@ -8,7 +8,9 @@
 //!   [`join_all`], `shared`, `boxed`, `unzip`, `first`, `last`.
 //! - Scheduling: [`SchedulingPolicy`], [`StreamPoolRoundRobin`] (default), [`SingleStream`], and the
 //!   default device and policy ([`scheduling`]).
-//! - Memory ops ([`memory`]) and buffer arguments ([`args`]); the [`GraphNode`] marker.
+//! - Memory ops ([`memory`], with copies between devices: `memory::copy_peer`) and buffer
+//!   arguments ([`args`]); the [`GraphNode`] marker.
+//! - NCCL collectives as ops (`nccl`, feature `nccl`), recordable into graphs.
 //! - CUDA graphs ([`graph`]): [`CudaGraph::capture`], [`CudaGraph::scope`], `op.graph_on(&s)`,
 //!   replays as ops, updates, parameter handles, [`DeviceScalar`], and the [`Module`] trait.
 //!
@@ -28,6 +30,8 @@ pub mod graph;
 mod graph_node;
 mod lock;
 pub mod memory;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 mod op;
 pub mod scheduling;
 pub mod staging;

@@ -2,6 +2,8 @@
 //!
 //! `zeros`, `ones`, `full`, `from_host`, `to_host` and `dup` allocate, so they are **not**
 //! [`GraphNode`]s. `copy` (between existing buffers) and `fill` (of an existing buffer) are.
+//! `copy_peer` (between buffers of two devices) is not: it may bounce through host memory on two
+//! streams, which a capture cannot hold.
 //!
 //! Every op here fails with the `cuda-core` error of the allocation or copy it queues (out of
 //! memory, a capturing stream, a length mismatch) when executed; building one never fails.
@@ -231,5 +233,62 @@ where
         let mut out = unsafe { DeviceBuffer::uninit(ctx.stream(), src.len())? };
         out.copy_from_device(ctx.stream(), src)?;
         Ok(out)
+    }
+}
+
+/// Copies a buffer of any device into an existing one. See [`copy_peer`].
+pub struct CopyPeer<T, S, D> {
+    src: S,
+    dst: D,
+    _t: PhantomData<fn() -> T>,
+}
+
+/// Copies `src`, a buffer of **any** device, into `dst` (same length), yielding `dst`; the op must
+/// run on a stream of `dst`'s device. Direct between devices with peer access, through page-locked
+/// host memory otherwise, a device-to-device copy on one device (see
+/// [`cuda_core::DeviceBuffer::copy_from_peer`]); ordered with both buffers' other uses on both
+/// devices. Not a [`GraphNode`]: refused on a capturing stream.
+///
+/// ```no_run
+/// # fn main() -> cuda_async::Result<()> {
+/// use cuda_async::{memory, DeviceOpExt};
+/// use cuda_core::{Device, DeviceBuffer};
+/// let (s0, s1) = (Device::new(0)?.new_stream()?, Device::new(1)?.new_stream()?);
+/// let a = DeviceBuffer::from_host(&s0, &[1.0f32, 2.0])?;
+/// let mut b = DeviceBuffer::<f32>::zeros(&s1, 2)?;
+/// memory::copy_peer(&a, &mut b).sync_on(&s1)?;
+/// assert_eq!(b.to_vec()?, vec![1.0, 2.0]);
+/// # Ok(()) }
+/// ```
+pub fn copy_peer<T: DeviceRepr, S: IntoBufferOp<T>, D: IntoBufferOp<T>>(
+    src: S,
+    dst: D,
+) -> Op<CopyPeer<T, S::Op, D::Op>>
+where
+    D::Out: BufferMut<T>,
+{
+    Op(CopyPeer { src: src.into_buffer_op(), dst: dst.into_buffer_op(), _t: PhantomData })
+}
+
+impl<T: DeviceRepr, S, D> DeviceOp for CopyPeer<T, S, D>
+where
+    S: DeviceOp,
+    S::Output: BufferRef<T>,
+    D: DeviceOp,
+    D::Output: BufferMut<T>,
+{
+    type Output = D::Output;
+    fn execute(self, ctx: &ExecutionContext<'_>) -> Result<D::Output> {
+        let src = self.src.execute(ctx)?;
+        let mut dst = self.dst.execute(ctx)?;
+        let (s, d) = (src.buffer(), dst.buffer_mut());
+        if s.len() != d.len() {
+            return Err(DeviceError::shape(
+                "copy_peer",
+                format!("source has {} elements, destination {}", s.len(), d.len()),
+            ));
+        }
+        d.copy_from_peer(ctx.stream(), s)?;
+        Ok(dst)
     }
 }

@@ -33,6 +33,14 @@ thread_local! {
     static BOUND: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
+/// Forgets which context this crate made current on the calling thread, so that the next
+/// [`Device::bind`] asks the driver. Called after calls into libraries that may switch the thread's
+/// current device themselves (NCCL does, through the CUDA runtime).
+#[cfg_attr(not(feature = "nccl"), allow(dead_code))]
+pub(crate) fn forget_binding() {
+    BOUND.with(|b| b.set(0));
+}
+
 /// A CUDA device with its retained primary context. Cheap to copy; equal when the ordinal is.
 #[derive(Clone, Copy)]
 pub struct Device {

@@ -8,6 +8,9 @@
 //! - [`CudaModule`], [`Function`], [`nvrtc`]: loading PTX/CUBIN, compiling CUDA C at run time with a
 //!   memory and disk cache, and typed kernel launches.
 //! - [`graph`]: raw graph handles (capture, instantiate, upload, launch).
+//! - Several devices: [`Device::all`], peer access ([`Device::enable_peer_access`]) and copies
+//!   between devices ([`DeviceBuffer::copy_from_peer`]), ordered on both sides; NCCL collectives
+//!   (`nccl`, feature `nccl`).
 //!
 //! The driver is loaded at run time, so this crate builds without any CUDA installation; on a
 //! machine with no driver every entry point returns [`Error::NoDriver`]. All raw driver calls of the
@@ -54,7 +57,10 @@ mod keep;
 pub mod launch;
 pub mod memory;
 pub mod module;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 pub mod nvrtc;
+mod peer;
 mod per_device;
 mod reaper;
 pub mod stream;
@@ -69,7 +75,7 @@ pub use graph::{
     GraphMem, InstantiateFlags, KernelNode, KernelNodeParams, Node, NodeType,
 };
 pub use launch::{KernelArgs, KernelParam, LaunchConfig};
-pub use memory::{Allocation, DeviceBuffer, DeviceRepr, MemPool, PinnedBuffer, PoolStats};
+pub use memory::{Allocation, DeviceBuffer, DeviceRepr, MemPool, PeerPath, PinnedBuffer, PoolStats};
 pub use module::{CudaModule, Function, FunctionAttribute};
 pub use per_device::PerDevice;
 pub use stream::{Stream, StreamStatus};

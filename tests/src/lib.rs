@@ -26,6 +26,8 @@ pub fn gpu_status() -> Result<usize, String> {
 #[derive(Default)]
 pub struct Suite {
     trials: Vec<Trial>,
+    /// The number of GPUs each trial needs (0 for CPU tests, 1 for `gpu`).
+    needs: Vec<usize>,
 }
 
 impl Suite {
@@ -36,13 +38,22 @@ impl Suite {
 
     /// Adds a test that needs a GPU.
     pub fn gpu(&mut self, name: &str, f: fn() -> TestResult) -> &mut Self {
+        self.gpus(1, name, f)
+    }
+
+    /// Adds a test that needs at least `n` GPUs. With fewer (but at least one), it prints
+    /// `SKIPPED (needs n GPUs, found N)` and is reported as **ignored**, never as passed; with none,
+    /// it is treated like every GPU test.
+    pub fn gpus(&mut self, n: usize, name: &str, f: fn() -> TestResult) -> &mut Self {
         self.trials.push(Trial::test(name, f).with_kind("gpu"));
+        self.needs.push(n.max(1));
         self
     }
 
     /// Adds a test that needs no GPU (it always runs).
     pub fn cpu(&mut self, name: &str, f: fn() -> TestResult) -> &mut Self {
         self.trials.push(Trial::test(name, f));
+        self.needs.push(0);
         self
     }
 
@@ -54,12 +65,17 @@ impl Suite {
         let trials = self
             .trials
             .into_iter()
-            .map(|t| match (&status, t.kind() == "gpu") {
+            .zip(self.needs)
+            .map(|(t, need)| match (&status, t.kind() == "gpu") {
                 (Err(why), true) if require => {
                     let why = format!("CUDA_ASYNC_REQUIRE_GPU=1 but no GPU is usable: {why}");
                     Trial::test(t.name().to_string(), move || Err(why.into())).with_kind("gpu")
                 }
                 (Err(_), true) => t.with_ignored_flag(true),
+                (Ok(found), true) if *found < need => {
+                    eprintln!("{}: SKIPPED (needs {need} GPUs, found {found})", t.name());
+                    t.with_ignored_flag(true)
+                }
                 _ => t,
             })
             .collect();

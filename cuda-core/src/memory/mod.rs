@@ -13,6 +13,7 @@ mod access;
 mod alloc;
 mod buffer;
 mod order;
+mod peer_copy;
 mod pinned;
 mod pool;
 mod repr;
@@ -23,6 +24,11 @@ pub use alloc::Allocation;
 pub use buffer::DeviceBuffer;
 pub(crate) use order::ordered_on;
 pub(crate) use order::{join_unchecked, ordered, InCapture};
+#[cfg(feature = "nccl")]
+pub(crate) use order::{ordered_group, GroupPart};
+#[doc(hidden)]
+pub use peer_copy::PeerCopyOptions;
+pub use peer_copy::PeerPath;
 pub use pinned::PinnedBuffer;
 pub use pool::{MemPool, PoolStats};
 pub use repr::DeviceRepr;

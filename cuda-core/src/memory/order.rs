@@ -153,7 +153,55 @@ pub(crate) fn ordered<R, U: UseRef>(
     if let Mode::Captured(k) = locked.state(on).mode()? {
         return captured(k, in_capture, keep, enqueue);
     }
-    // Waits before the work, each event once.
+    wait_before(on, uses())?;
+    for s in serial.iter().filter(|s| **s != on) {
+        join_unchecked(on, s)?;
+    }
+    let out = enqueue();
+    // Marks after the work (also if `enqueue` failed part-way: conservative).
+    let foreign = uses().any(|(a, _)| a.stream != *on) || serial.iter().any(|s| *s != on);
+    let mark = if foreign {
+        match record(on) {
+            Ok(ev) => Some(Arc::new(ev)),
+            Err(e) => {
+                // No mark: finish the work now so nothing can outlive it.
+                drop(locked);
+                on.sync_unchecked()?;
+                out?;
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
+    mark_after(on, uses(), mark.as_ref());
+    if let Some(ev) = &mark {
+        for s in serial.iter().filter(|s| **s != on) {
+            s.wait_unchecked(ev)?;
+        }
+    }
+    out
+}
+
+fn captured<R>(
+    k: &mut KeepAlive,
+    in_capture: InCapture,
+    keep: impl FnOnce(&mut KeepAlive),
+    enqueue: impl FnOnce() -> Result<R>,
+) -> Result<R> {
+    match in_capture {
+        InCapture::Refuse(what) => Err(Error::Capture(what)),
+        InCapture::Record => {
+            keep(k);
+            enqueue()
+        }
+    }
+}
+
+/// The waits before a use on `on` (see the module docs): for each allocation, the last write
+/// (and, for a write, the reads since), each event waited for once. The caller holds the locks of
+/// `on` and of every home stream of `uses`, and has checked that none of them is being captured.
+fn wait_before<'u>(on: &Stream, uses: impl Iterator<Item = (&'u Arc<Allocation>, Access)>) -> Result<()> {
     let mut waited: Vec<*const PooledEvent> = Vec::new();
     let mut home_marks: Vec<(Stream, Arc<PooledEvent>)> = Vec::new();
     let mut wait = |ev: &Arc<PooledEvent>| -> Result<()> {
@@ -163,7 +211,7 @@ pub(crate) fn ordered<R, U: UseRef>(
         }
         Ok(())
     };
-    for (a, kind) in uses() {
+    for (a, kind) in uses {
         let mut st = a.access();
         let home = &a.stream;
         let needs_home = home != on && (st.write.is_none() || (kind == Access::Write && st.home_read));
@@ -194,30 +242,21 @@ pub(crate) fn ordered<R, U: UseRef>(
             st.write = None;
         }
     }
-    for s in serial.iter().filter(|s| **s != on) {
-        join_unchecked(on, s)?;
-    }
-    let out = enqueue();
-    // Marks after the work (also if `enqueue` failed part-way: conservative).
-    let foreign = uses().any(|(a, _)| a.stream != *on) || serial.iter().any(|s| *s != on);
-    let mark = if foreign {
-        match record(on) {
-            Ok(ev) => Some(Arc::new(ev)),
-            Err(e) => {
-                // No mark: finish the work now so nothing can outlive it.
-                drop(locked);
-                on.sync_unchecked()?;
-                out?;
-                return Err(e);
-            }
-        }
-    } else {
-        None
-    };
-    for (a, kind) in uses() {
+    Ok(())
+}
+
+/// Updates each allocation's access state after a use on `on`; `mark` is the event recorded
+/// behind the work, present whenever some allocation's home stream is not `on`. Same locks as
+/// [`wait_before`].
+fn mark_after<'u>(
+    on: &Stream,
+    uses: impl Iterator<Item = (&'u Arc<Allocation>, Access)>,
+    mark: Option<&Arc<PooledEvent>>,
+) {
+    for (a, kind) in uses {
         let mut st = a.access();
         let on_home = a.stream == *on;
-        match (kind, on_home, &mark) {
+        match (kind, on_home, mark) {
             (Access::Write, true, _) => {
                 st.write = None;
                 st.reads.clear();
@@ -234,32 +273,63 @@ pub(crate) fn ordered<R, U: UseRef>(
         }
         a.foreign.store(st.write.is_some() || !st.reads.is_empty(), Ordering::Relaxed);
     }
-    if let Some(ev) = &mark {
-        for s in serial.iter().filter(|s| **s != on) {
-            s.wait_unchecked(ev)?;
+}
+
+/// One part of a grouped enqueue: the stream the part's work goes to, and what it touches.
+#[cfg_attr(not(feature = "nccl"), allow(dead_code))]
+pub(crate) type GroupPart<'a> = (&'a Stream, Vec<(&'a Arc<Allocation>, Access)>);
+
+/// Several uses on several streams (possibly of several devices) queued by one `enqueue`, for
+/// work that a library only puts on the streams at the end of a group (NCCL's
+/// `ncclGroupStart`/`ncclGroupEnd`): all the locks are taken at once (in stream-id order), every
+/// part's waits are queued before `enqueue`, and every part's marks after it. Eager only: refused
+/// with [`Error::Capture`] (naming `what`) if any stream involved is being captured.
+#[cfg_attr(not(feature = "nccl"), allow(dead_code))]
+pub(crate) fn ordered_group<R>(
+    parts: &[GroupPart<'_>],
+    what: &'static str,
+    enqueue: impl FnOnce() -> Result<R>,
+) -> Result<R> {
+    let streams =
+        parts.iter().flat_map(|(on, uses)| std::iter::once(*on).chain(uses.iter().map(|(a, _)| &a.stream)));
+    let mut locked = Locked::new(streams.clone());
+    for s in streams {
+        if locked.state(s).capture.is_some() {
+            return Err(Error::Capture(what));
         }
+    }
+    for (on, uses) in parts {
+        on.device().bind()?;
+        wait_before(on, uses.iter().copied())?;
+    }
+    let out = enqueue();
+    // Marks after the work (also if `enqueue` failed part-way: conservative).
+    let mut marks = Vec::with_capacity(parts.len());
+    for (on, uses) in parts {
+        let foreign = uses.iter().any(|(a, _)| a.stream != **on);
+        let mark = if foreign { record(on).map(|ev| Some(Arc::new(ev))) } else { Ok(None) };
+        match mark {
+            Ok(m) => marks.push(m),
+            Err(e) => {
+                // No mark: finish the work now so nothing can outlive it.
+                drop(locked);
+                for (on, _) in parts {
+                    on.sync_unchecked()?;
+                }
+                out?;
+                return Err(e);
+            }
+        }
+    }
+    for ((on, uses), mark) in parts.iter().zip(&marks) {
+        mark_after(on, uses.iter().copied(), mark.as_ref());
     }
     out
 }
 
-fn captured<R>(
-    k: &mut KeepAlive,
-    in_capture: InCapture,
-    keep: impl FnOnce(&mut KeepAlive),
-    enqueue: impl FnOnce() -> Result<R>,
-) -> Result<R> {
-    match in_capture {
-        InCapture::Refuse(what) => Err(Error::Capture(what)),
-        InCapture::Record => {
-            keep(k);
-            enqueue()
-        }
-    }
-}
-
 /// A private pooled event recorded behind everything queued on `s` so far. The caller holds `s`'s
 /// lock and has checked that it is not being captured.
-fn record(s: &Stream) -> Result<PooledEvent> {
+pub(crate) fn record(s: &Stream) -> Result<PooledEvent> {
     let ev = Event::pooled(s.device())?;
     s.device().bind()?;
     ev.record_unchecked(s)?;

@@ -1,0 +1,171 @@
+//! NCCL collectives over the devices of one process (feature `nccl`, on by default).
+//!
+//! `libnccl.so` is loaded at run time, like the driver: the crate builds with no NCCL installed,
+//! and [`Communicator::init_all`] returns [`Error::LibraryMissing`] naming the library where it
+//! is absent (NCCL 2.14 or newer is required; an older one is an [`Error::Library`]).
+//!
+//! - [`Communicator::init_all`] makes one communicator per device of a list (`ncclCommInitAll`):
+//!   rank `i` is `devices[i]`, and the devices must be distinct.
+//! - Each communicator queues collectives on a stream of its device: [`Communicator::all_reduce`],
+//!   [`Communicator::all_gather`], [`Communicator::reduce_scatter`], [`Communicator::broadcast`],
+//!   on [`DeviceBuffer`]s of [`NcclScalar`] elements (`f32`, `f64`, `half::f16`, `half::bf16`, and
+//!   integers). Each is ordered like a kernel launch with every other use of its buffers (inputs
+//!   read, output written: see [`crate::memory`]) and, on a stream this thread captures, recorded
+//!   into the graph, which then keeps the buffers **and the communicators** alive.
+//! - [`grouped`] issues one collective on every rank inside `ncclGroupStart`/`ncclGroupEnd`, so one
+//!   thread can drive all the devices.
+//!
+//! **One thread per rank, or grouped.** A collective over several devices completes only once every
+//! rank has issued it, and NCCL may block the issuing thread until the other ranks have (e.g. to
+//! connect on first use). A single thread issuing the ranks one after another could therefore hang
+//! forever. So a thread that has issued a per-rank collective on one rank of a group of several
+//! is refused ([`Error::InvalidArgument`]) on the other ranks of that group: drive each rank from
+//! its own thread, or issue all ranks at once with [`grouped`].
+//!
+//! **Matching across ranks.** NCCL pairs the k-th collective of every rank; if their kinds, element
+//! types, lengths or roots disagree, the result is undefined (wrong data, a hang, or peers writing
+//! past a buffer). Every collective issued through this module is checked against the k-th one
+//! already issued by the other ranks of its group and refused ([`Error::InvalidArgument`]) on
+//! disagreement, before NCCL sees it. What this cannot check: a rank that never issues its part
+//! (the other ranks' collectives then never complete), and graph replays (each rank's captured
+//! graph must be replayed as many times, and in the same order relative to other collectives, as
+//! the other ranks' graphs).
+//!
+//! **NVLink multicast (NVLS) is never enabled**, and NCCL's registration of user buffers for
+//! captured collectives is turned off: before the first communicator is created, this module sets
+//! `NCCL_NVLS_ENABLE=0` and `NCCL_GRAPH_REGISTER=0` unless they are already set, and refuses to
+//! create a communicator if `NCCL_NVLS_ENABLE` is set to anything other than `0`. Without
+//! registration, peers never write into a rank's own buffers, so a graph replayed out of step
+//! with its peers cannot make a peer write past the end of a buffer. Setting environment variables
+//! while other threads read the environment is racy: set both in the environment of the process (or
+//! before starting threads) to avoid it.
+//!
+//! **Lifetime.** The communicators of one [`Communicator::init_all`] are destroyed together, once
+//! every [`Communicator`] handle and every graph holding one of them is gone:
+//! `ncclCommFinalize` on all of them (grouped; it waits for their queued work), then
+//! `ncclCommDestroy`. Dropping the last handle therefore blocks until the queued collectives have
+//! completed.
+//!
+//! ```no_run
+//! use cuda_core::nccl::{Communicator, ReduceOp};
+//! use cuda_core::{Device, DeviceBuffer};
+//! # fn main() -> cuda_core::Result<()> {
+//! let dev = Device::new(0)?;
+//! let comms = Communicator::init_all(&[dev])?; // one rank: all-reduce is a copy
+//! let s = dev.new_stream()?;
+//! let x = DeviceBuffer::from_host(&s, &[1.0f32, 2.0, 3.0])?;
+//! let mut y = DeviceBuffer::<f32>::zeros(&s, 3)?;
+//! comms[0].all_reduce(&s, &x, &mut y, ReduceOp::Sum)?;
+//! assert_eq!(y.to_vec()?, vec![1.0, 2.0, 3.0]);
+//! # Ok(()) }
+//! ```
+//!
+//! [`DeviceBuffer`]: crate::DeviceBuffer
+
+mod collective;
+mod comm;
+pub mod grouped;
+mod matching;
+
+pub use collective::{Collective, NcclScalar, ReduceOp};
+pub use comm::Communicator;
+
+use crate::error::{Error, Result};
+use cudarc::nccl::sys;
+
+/// The oldest NCCL this module accepts (`ncclCommFinalize` appeared in 2.14).
+pub const MIN_NCCL_VERSION: (u32, u32) = (2, 14);
+
+/// NCCL's error for `during`.
+fn status_error(status: sys::ncclResult_t, during: &'static str) -> Error {
+    Error::Library { library: "NCCL", status: format!("{status:?}"), during }
+}
+
+/// Turns an `ncclResult_t` into `Ok(())` or an [`Error::Library`] naming `during`.
+fn check(status: sys::ncclResult_t, during: &'static str) -> Result<()> {
+    // A call into NCCL may have switched the thread's current device (through the CUDA runtime).
+    crate::device::forget_binding();
+    match status {
+        sys::ncclResult_t::ncclSuccess => Ok(()),
+        s => Err(status_error(s, during)),
+    }
+}
+
+/// Loads `libnccl` once and checks its version, or says what is missing.
+fn library() -> Result<()> {
+    static LOADED: std::sync::OnceLock<Result<()>> = std::sync::OnceLock::new();
+    LOADED.get_or_init(load_once).clone()
+}
+
+/// [`library`], then the NVLS policy of the module docs: what creating a communicator needs.
+fn load() -> Result<()> {
+    library()?;
+    nvls_off()
+}
+
+fn load_once() -> Result<()> {
+    // SAFETY: `is_culib_present` only tries to dlopen the candidate names and closes them again.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::LibraryMissing {
+            library: "libnccl.so (NCCL)",
+            searched: cudarc::get_lib_name_candidates("nccl").join(", "),
+        });
+    }
+    let (major, minor, patch) = raw_version()?;
+    if (major, minor) < MIN_NCCL_VERSION {
+        return Err(Error::Library {
+            library: "NCCL",
+            status: format!("version {major}.{minor}.{patch} is older than the 2.14 this crate needs"),
+            during: "loading libnccl",
+        });
+    }
+    Ok(())
+}
+
+/// Applies the NVLS policy of the module docs.
+fn nvls_off() -> Result<()> {
+    static SET: std::sync::Once = std::sync::Once::new();
+    SET.call_once(|| {
+        for var in ["NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER"] {
+            if std::env::var_os(var).is_none() {
+                std::env::set_var(var, "0");
+            }
+        }
+    });
+    match std::env::var("NCCL_NVLS_ENABLE") {
+        Ok(v) if v.trim() == "0" => Ok(()),
+        v => Err(Error::InvalidArgument(format!(
+            "NCCL_NVLS_ENABLE is {v:?}: this crate never enables NVLink multicast; unset it or set it to 0"
+        ))),
+    }
+}
+
+fn raw_version() -> Result<(u32, u32, u32)> {
+    let mut v = 0;
+    // SAFETY: the library is present; valid out-pointer.
+    check(unsafe { sys::ncclGetVersion(&mut v) }, "reading the NCCL version")?;
+    let v = v as u32;
+    // Since 2.9 the code is major * 10000 + minor * 100 + patch (before: * 1000 + * 100).
+    Ok(if v >= 20900 {
+        (v / 10000, (v % 10000) / 100, v % 100)
+    } else {
+        (v / 1000, (v % 1000) / 100, v % 100)
+    })
+}
+
+/// The version of the NCCL library found, as `(major, minor, patch)`.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// let (major, minor, patch) = cuda_core::nccl::version()?;
+/// println!("NCCL {major}.{minor}.{patch}");
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`Error::LibraryMissing`] without `libnccl`; [`Error::Library`] for one older than
+/// [`MIN_NCCL_VERSION`].
+pub fn version() -> Result<(u32, u32, u32)> {
+    library()?;
+    raw_version()
+}

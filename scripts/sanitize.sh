@@ -25,9 +25,10 @@ for s in "${suites[@]}"; do
       --print-limit 200 "$exe" --test-threads=1 >"$log" 2>&1
     rc=$?
     result=$(grep -E '^test result' "$log" | tail -1)
-    # API errors: "Program hit CUDA_ERROR_X (error N) due to ... on CUDA API call to cuY."
-    api=$(grep -oE 'Program hit [A-Z_]+ \(error [0-9]+\) due to .* on CUDA API call to [A-Za-z0-9_]+' "$log" |
-      sed -E 's/Program hit ([A-Z_]+) .* call to ([A-Za-z0-9_]+)/\1 \2/' | sort | uniq -c)
+    # API errors: "Program hit CUDA_ERROR_X (error N) due to ... on CUDA API call to cuY." (driver
+    # calls), or "Program hit cudaErrorX ... to cudaY." (runtime calls, made inside libraries).
+    api=$(grep -oE 'Program hit [A-Za-z_]+ \(error [0-9]+\) due to .* on CUDA API call to [A-Za-z0-9_]+' "$log" |
+      sed -E 's/Program hit ([A-Za-z_]+) .* call to ([A-Za-z0-9_]+)/\1 \2/' | sort | uniq -c)
     unexpected=0
     while read -r count err call; do
       [[ -z ${err:-} ]] && continue

@@ -22,6 +22,7 @@
 //! # Ok(()) }
 //! ```
 
+use crate::checks::{dim, len_check, mul, same_device};
 use crate::llama::BF16_SRC;
 use cuda_core::{Device, DeviceBuffer, Error, Function, LaunchConfig, PerDevice, Result, Stream};
 use half::bf16;
@@ -61,21 +62,6 @@ pub struct Gemv {
 /// The compiled row count for `rows` (1, 2, 4 or 8) and its index.
 fn bucket(rows: usize) -> Option<(usize, usize)> {
     [1usize, 2, 4, 8].iter().copied().enumerate().find(|&(_, r)| r >= rows).map(|(i, r)| (r, i))
-}
-
-fn len_check(during: &'static str, expected: usize, actual: usize) -> Result<()> {
-    if expected == actual {
-        return Ok(());
-    }
-    Err(Error::LengthMismatch { during, expected, actual })
-}
-
-fn mul(a: usize, b: usize) -> Result<usize> {
-    a.checked_mul(b).ok_or_else(|| Error::InvalidArgument(format!("{a} * {b} elements overflow")))
-}
-
-fn dim(v: usize, what: &str) -> Result<u32> {
-    u32::try_from(v).map_err(|_| Error::InvalidArgument(format!("{what} = {v} exceeds u32::MAX")))
 }
 
 impl Gemv {
@@ -122,15 +108,7 @@ impl Gemv {
         in_dim: usize,
         out: usize,
     ) -> Result<(usize, LaunchConfig, u32)> {
-        for d in std::iter::once(s.device()).chain(devices.iter().copied()) {
-            if d != &self.device {
-                return Err(Error::DeviceMismatch {
-                    during,
-                    expected: self.device.ordinal(),
-                    actual: d.ordinal(),
-                });
-            }
-        }
+        same_device(&self.device, s, during, devices)?;
         if !Gemv::fits(rows, in_dim) {
             return Err(Error::InvalidArgument(format!(
                 "{during}: {rows} rows of {in_dim} inputs: needs 1..={GEMV_MAX_ROWS} rows, inputs a multiple of 8, and the rows within {GEMV_MAX_SHARED} bytes of shared memory"

@@ -11,6 +11,7 @@
 
 use cuda_core::{Device, DeviceBuffer, DeviceRepr, Error, Function, LaunchConfig, PerDevice, Result, Stream};
 
+mod checks;
 pub mod gemv;
 pub mod llama;
 pub mod ops;

@@ -23,6 +23,7 @@
 //! # Ok(()) }
 //! ```
 
+use crate::checks::{dim, len_check, mul, same_device};
 use cuda_core::{Device, DeviceBuffer, DeviceRepr, Error, Function, LaunchConfig, PerDevice, Result, Stream};
 use half::bf16;
 
@@ -125,21 +126,6 @@ pub struct LlamaKernels {
     randn: Function,
 }
 
-fn len_check(during: &'static str, expected: usize, actual: usize) -> Result<()> {
-    if expected == actual {
-        return Ok(());
-    }
-    Err(Error::LengthMismatch { during, expected, actual })
-}
-
-fn mul(a: usize, b: usize) -> Result<usize> {
-    a.checked_mul(b).ok_or_else(|| Error::InvalidArgument(format!("{a} * {b} elements overflow")))
-}
-
-fn dim(v: usize, what: &str) -> Result<u32> {
-    u32::try_from(v).map_err(|_| Error::InvalidArgument(format!("{what} = {v} exceeds u32::MAX")))
-}
-
 impl LlamaKernels {
     /// The kernels on `device`, compiled (or read from the cache) and loaded on first use.
     ///
@@ -165,16 +151,7 @@ impl LlamaKernels {
     }
 
     fn same_device(&self, stream: &Stream, during: &'static str, devices: &[&Device]) -> Result<()> {
-        for d in std::iter::once(stream.device()).chain(devices.iter().copied()) {
-            if d != &self.device {
-                return Err(Error::DeviceMismatch {
-                    during,
-                    expected: self.device.ordinal(),
-                    actual: d.ordinal(),
-                });
-            }
-        }
-        Ok(())
+        same_device(&self.device, stream, during, devices)
     }
 
     /// `h[b] = table[tokens[b]]` for `b < batch` (`table[vocab][hidden]`, `h[batch][hidden]`); a

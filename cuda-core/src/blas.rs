@@ -202,6 +202,7 @@ impl Blas {
     /// assert_eq!(y.to_vec()?, [13.0, 22.0]); // y += x · wᵀ: a fused residual add
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// [`Error::LengthMismatch`] or [`Error::InvalidArgument`] for buffers that do not fit
     /// `shape`; [`Error::DeviceMismatch`] for a stream or buffer of another device;

@@ -261,6 +261,7 @@ impl Stream {
     /// assert_eq!(graph.allocations().len(), 1); // the graph keeps `buf`'s memory alive
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// [`Error::Capture`] if the stream is not being captured through this crate, or if called on
     /// another thread than the one that began the capture (the capture then goes on); driver

@@ -95,6 +95,7 @@ impl Device {
     /// assert!(matches!(Device::new(n), Err(Error::InvalidDevice { .. })));
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// [`Error::NoDriver`] without a driver, [`Error::NoDevice`], [`Error::InvalidDevice`] for an
     /// ordinal out of range, driver errors retaining the primary context.
@@ -183,6 +184,7 @@ impl Device {
     /// }
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// Driver errors reading the attributes.
     pub fn compute_capability(&self) -> Result<(u32, u32)> {
@@ -225,6 +227,7 @@ impl Device {
     /// println!("{} of {} MiB free", free >> 20, total >> 20);
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// Driver errors.
     pub fn memory_info(&self) -> Result<(usize, usize)> {

@@ -121,6 +121,7 @@ impl Event {
     /// drop(ev); // back to the pool, not destroyed
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// Driver errors creating an event when the pool is empty.
     pub fn pooled(device: &Device) -> Result<PooledEvent> {
@@ -246,6 +247,7 @@ impl Event {
     /// assert!(matches!(Event::elapsed_ms(&untimed, &end), Err(Error::InvalidArgument(_))));
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] unless both events time; [`Error::Capture`] for an event recorded
     /// inside a capture; driver errors (e.g. an event not yet complete).

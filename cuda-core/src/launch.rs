@@ -182,6 +182,7 @@ impl Function {
     /// assert_eq!(out.to_vec()?, (0..1000).collect::<Vec<u32>>());
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a stream or buffer of another device; [`Error::Capture`] if
     /// another thread is capturing `stream` or a buffer's home stream is being captured; driver
@@ -230,6 +231,7 @@ impl Function {
     /// assert_eq!(x.to_vec()?, vec![2.0; 4096]);
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// As for [`Function::launch`].
     pub unsafe fn launch_overlapped<A: KernelArgs>(

@@ -73,6 +73,7 @@ impl CudaModule {
     /// let nop = m.function("nop")?;
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for PTX with a NUL byte; driver errors (e.g. PTX for a newer
     /// architecture).
@@ -120,6 +121,7 @@ impl CudaModule {
     /// assert!(m.function("missing").is_err());
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a name with a NUL byte; driver errors (`CUDA_ERROR_NOT_FOUND`
     /// for a missing kernel).

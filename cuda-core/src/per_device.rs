@@ -49,6 +49,7 @@ impl<T: Send + Sync + 'static> PerDevice<T> {
     /// assert_eq!(s, again);
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// The error of `init`.
     pub fn get_or_try_init(&self, device: &Device, init: impl FnOnce() -> Result<T>) -> Result<&'static T> {

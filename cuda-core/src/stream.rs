@@ -106,6 +106,7 @@ impl Device {
     /// assert_eq!(s.device(), &dev);
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// As for [`Stream::new`].
     pub fn new_stream(&self) -> Result<Stream> {
@@ -133,6 +134,7 @@ impl Stream {
     /// let urgent = Stream::with_priority(&dev, greatest)?; // scheduled ahead of default-priority work
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a priority outside [`Device::stream_priority_range`]; driver
     /// errors.
@@ -192,6 +194,7 @@ impl Stream {
     /// assert!(s.query()?);
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// [`Error::Capture`] if the stream is being captured (nothing would ever complete); a driver
     /// error of the work (e.g. a kernel fault).
@@ -238,6 +241,7 @@ impl Stream {
     /// consumer.wait_event(&ready)?; // later work on `consumer` runs after it; the host never blocks
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// [`Error::Capture`] when the wait would join two worlds that must stay apart: `event` was
     /// last recorded inside a stream capture and this stream is not that capture's stream (the wait

@@ -625,6 +625,7 @@ impl<'g> GraphBody<'g> {
     /// assert_eq!(x.to_vec()?, vec![42; 32]);
     /// # Ok(()) }
     /// ```
+    ///
     /// # Safety
     /// As for [`Function::launch`]: the arguments must match the kernel's signature and the kernel
     /// must stay within the memory it is given, for every replay. Raw addresses (e.g. a

@@ -239,6 +239,7 @@ impl Graph {
     /// exec.launch(&dev.new_stream()?)?;
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for [`InstantiateFlags::UPLOAD`] (use `instantiate_and_upload`);
     /// driver errors (e.g. an invalid graph).

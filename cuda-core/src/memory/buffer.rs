@@ -75,6 +75,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// assert_eq!(buf.to_vec()?, vec![3; 1024]);
     /// # Ok(()) }
     /// ```
+    ///
     /// # Safety
     /// The contents are indeterminate until written; reading them back yields arbitrary (but valid,
     /// see [`DeviceRepr`]) values. Marked unsafe so that uninitialised reads are a visible choice.
@@ -139,6 +140,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// assert!(z.to_vec()?.iter().all(|&v| v == 0.0));
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// As for [`DeviceBuffer::uninit`] and [`DeviceBuffer::memset_zero`].
     pub fn zeros(stream: &Stream, len: usize) -> Result<Self> {
@@ -161,6 +163,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// assert!(matches!(DeviceBuffer::filled(&s, 4, 1u128), Err(Error::InvalidArgument(_))));
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// As for [`DeviceBuffer::uninit`] and [`DeviceBuffer::fill`].
     pub fn filled(stream: &Stream, len: usize, value: T) -> Result<Self> {
@@ -183,6 +186,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// assert_eq!(d.to_vec()?, vec![1.0; 256]);
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// As for [`DeviceBuffer::uninit`] and [`DeviceBuffer::copy_from_host`].
     pub fn from_host(stream: &Stream, data: &[T]) -> Result<Self> {
@@ -298,6 +302,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// assert!(matches!(d.copy_to_host(&s, &mut short), Err(Error::LengthMismatch { .. })));
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// [`Error::LengthMismatch`], [`Error::DeviceMismatch`]; [`Error::Capture`] on a capturing
     /// stream; driver errors, including faults of earlier work reported by the wait.
@@ -339,6 +344,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// assert_eq!(d.to_vec()?, vec![7, 7, 7]); // waits for the fill, then copies
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// As for [`DeviceBuffer::copy_to_host`].
     pub fn to_vec(&self) -> Result<Vec<T>> {
@@ -365,6 +371,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// assert_eq!(dst.to_vec()?, [1.0, 2.0]);
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// [`Error::LengthMismatch`], [`Error::DeviceMismatch`]; [`Error::Capture`] (another thread's
     /// capture, or a home stream captured from here); driver errors.

@@ -56,6 +56,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
     /// assert!(buf.as_slice()?.iter().all(|&b| b == 0));
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] if the size overflows; driver errors (e.g. out of page-locked
     /// memory).

@@ -87,6 +87,7 @@ impl Program {
 /// }
 /// # Ok(()) }
 /// ```
+///
 /// # Errors
 /// [`Error::NvrtcMissing`]; [`Error::Compile`] with NVRTC's log; [`Error::InvalidArgument`] for a
 /// source or name with a NUL byte; NVRTC errors.

@@ -28,6 +28,7 @@ impl Device {
     /// assert_eq!(again.origin, CacheOrigin::Memory);
     /// # Ok(()) }
     /// ```
+    ///
     /// # Errors
     /// As for [`crate::nvrtc::compile_cubin`] and [`CudaModule::from_cubin`].
     pub fn compile_module(&self, program: &str, source: &str, options: &[String]) -> Result<CudaModule> {

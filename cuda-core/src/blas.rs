@@ -189,6 +189,20 @@ impl Blas {
     /// `y = x · wᵀ` (or `y += x · wᵀ` with `shape.accumulate`) on `stream`: see [`Linear`].
     /// Inputs of type `T`, output `U` (`U = T`, or `f32` for 16-bit `T`), `f32` accumulation.
     ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::blas::{Blas, Linear};
+    /// use cuda_core::{Device, DeviceBuffer};
+    /// let s = Device::new(0)?.new_stream()?;
+    /// let blas = Blas::new(&s)?;
+    /// let x = DeviceBuffer::from_host(&s, &[1.0f32, 2.0])?; // 1 x 2
+    /// let w = DeviceBuffer::from_host(&s, &[1.0f32, 1.0, 0.0, 1.0])?; // 2 x 2: rows [1, 1], [0, 1]
+    /// let mut y = DeviceBuffer::from_host(&s, &[10.0f32, 20.0])?;
+    /// blas.linear(&s, &x, &w, &mut y, Linear { rows: 1, in_dim: 2, out_dim: 2, accumulate: true })?;
+    /// assert_eq!(y.to_vec()?, [13.0, 22.0]); // y += x · wᵀ: a fused residual add
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`Error::LengthMismatch`] or [`Error::InvalidArgument`] for buffers that do not fit
     /// `shape`; [`Error::DeviceMismatch`] for a stream or buffer of another device;

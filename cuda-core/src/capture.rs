@@ -250,6 +250,18 @@ impl Stream {
     /// work uses alive. If the capture was invalidated, the error says so
     /// (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`) and the stream is back to normal.
     ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{CaptureMode, Device, DeviceBuffer};
+    /// let s = Device::new(0)?.new_stream()?;
+    /// let mut buf = DeviceBuffer::<u32>::zeros(&s, 256)?; // allocated before the capture
+    /// s.begin_capture(CaptureMode::ThreadLocal)?;
+    /// buf.fill(&s, 7)?; // recorded into the graph, not run
+    /// let graph = s.end_capture()?;
+    /// assert_eq!(graph.allocations().len(), 1); // the graph keeps `buf`'s memory alive
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`Error::Capture`] if the stream is not being captured through this crate, or if called on
     /// another thread than the one that began the capture (the capture then goes on); driver

@@ -42,6 +42,17 @@ pub(crate) fn forget_binding() {
 }
 
 /// A CUDA device with its retained primary context. Cheap to copy; equal when the ordinal is.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::Device;
+/// let dev = Device::new(0)?;
+/// let (major, minor) = dev.compute_capability()?;
+/// println!("{}: sm_{major}{minor}, {} SMs", dev.name(), dev.multiprocessor_count()?);
+/// let copy = dev; // a plain copy of the handle: the same device
+/// assert_eq!(copy, Device::new(0)?);
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy)]
 pub struct Device {
     inner: &'static DeviceInner,
@@ -73,6 +84,17 @@ impl Device {
     /// Opens device `ordinal`: retains its primary context (once per process) and binds it to the
     /// calling thread. Errors: no driver ([`Error::NoDriver`]), no device, or an ordinal out of
     /// range ([`Error::InvalidDevice`]).
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, Error};
+    /// let dev = Device::new(0)?; // binds its primary context to this thread
+    /// assert_eq!(dev.ordinal(), 0);
+    /// // An ordinal past the last device is an error, not a panic.
+    /// let n = Device::count()?;
+    /// assert!(matches!(Device::new(n), Err(Error::InvalidDevice { .. })));
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::NoDriver`] without a driver, [`Error::NoDevice`], [`Error::InvalidDevice`] for an
@@ -152,6 +174,17 @@ impl Device {
 
     /// Compute capability as `(major, minor)`, e.g. `(9, 0)` for the H100.
     ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// let dev = cuda_core::Device::new(0)?;
+    /// let (major, minor) = dev.compute_capability()?;
+    /// assert_eq!(dev.sm_arch()?, format!("sm_{major}{minor}")); // what NVRTC compiles for
+    /// if (major, minor) >= (9, 0) {
+    ///     println!("Hopper or newer: programmatic dependent launches overlap");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// Driver errors reading the attributes.
     pub fn compute_capability(&self) -> Result<(u32, u32)> {
@@ -185,6 +218,15 @@ impl Device {
     }
 
     /// `(free, total)` device memory in bytes, as the driver sees it now.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// let dev = cuda_core::Device::new(0)?;
+    /// let (free, total) = dev.memory_info()?;
+    /// assert!(free <= total);
+    /// println!("{} of {} MiB free", free >> 20, total >> 20);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// Driver errors.

@@ -14,6 +14,20 @@ use std::sync::{Mutex, MutexGuard};
 /// (refused by [`Stream::wait_event`]), and [`Event::query`], [`Event::synchronize`] and
 /// [`Event::elapsed_ms`] refuse it with [`Error::Capture`] until it is recorded again outside a
 /// capture.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Device, DeviceBuffer, Event};
+/// let dev = Device::new(0)?;
+/// let s = dev.new_stream()?;
+/// let mut buf = DeviceBuffer::<f32>::zeros(&s, 1 << 20)?;
+/// let done = Event::new(&dev, false)?; // untimed: cheaper to record and wait on
+/// buf.fill(&s, 1.0)?;
+/// done.record(&s)?; // completes once the fill has
+/// done.synchronize()?; // blocks the host until then
+/// assert!(done.query()?);
+/// # Ok(()) }
+/// ```
 pub struct Event {
     device: Device,
     raw: sys::CUevent,
@@ -95,6 +109,18 @@ impl Event {
 
     /// An untimed event from `device`'s pool (created if the pool is empty). Cheaper than
     /// [`Event::new`] when events are needed per operation.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, Event};
+    /// let dev = Device::new(0)?;
+    /// let s = dev.new_stream()?;
+    /// let ev = Event::pooled(&dev)?; // derefs to `Event`
+    /// ev.record(&s)?;
+    /// ev.synchronize()?;
+    /// drop(ev); // back to the pool, not destroyed
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// Driver errors creating an event when the pool is empty.
@@ -204,6 +230,23 @@ impl Event {
     }
 
     /// Milliseconds between `start` and `end`, both timing events that have completed.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer, Error, Event};
+    /// let dev = Device::new(0)?;
+    /// let s = dev.new_stream()?;
+    /// let mut buf = DeviceBuffer::<u32>::zeros(&s, 1 << 24)?;
+    /// let (start, end) = (Event::new(&dev, true)?, Event::new(&dev, true)?);
+    /// start.record(&s)?;
+    /// buf.fill(&s, 7)?;
+    /// end.record(&s)?;
+    /// end.synchronize()?;
+    /// println!("64 MiB fill: {:.3} ms", Event::elapsed_ms(&start, &end)?);
+    /// let untimed = Event::new(&dev, false)?;
+    /// assert!(matches!(Event::elapsed_ms(&untimed, &end), Err(Error::InvalidArgument(_))));
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] unless both events time; [`Error::Capture`] for an event recorded

@@ -9,6 +9,13 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 /// Grid, block and dynamic shared memory of a launch.
+///
+/// ```
+/// use cuda_core::LaunchConfig;
+/// // A 2-D launch over a 1024 x 768 image in 16 x 16 tiles, with 4 KiB of dynamic shared memory.
+/// let cfg = LaunchConfig { grid: (1024 / 16, 768 / 16, 1), block: (16, 16, 1), shared_mem_bytes: 4096 };
+/// assert_eq!(cfg.grid, (64, 48, 1));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaunchConfig {
     /// Blocks in the grid (x, y, z).
@@ -22,6 +29,14 @@ pub struct LaunchConfig {
 impl LaunchConfig {
     /// A 1-D launch with `block` threads per block and enough blocks to cover `n` elements (at
     /// least one block).
+    ///
+    /// ```
+    /// use cuda_core::LaunchConfig;
+    /// let cfg = LaunchConfig::for_elements(1000, 256);
+    /// assert_eq!(cfg.grid, (4, 1, 1)); // ceil(1000 / 256) blocks
+    /// assert_eq!(cfg.block, (256, 1, 1));
+    /// assert_eq!(LaunchConfig::for_elements(0, 256).grid, (1, 1, 1)); // never an empty grid
+    /// ```
     pub fn for_elements(n: usize, block: u32) -> LaunchConfig {
         let block = block.max(1);
         let blocks = n.div_ceil(block as usize).clamp(1, u32::MAX as usize) as u32;
@@ -150,6 +165,24 @@ impl Function {
     /// addresses) must stay valid for the launch and, if captured, for every replay. The typed
     /// launchers of the `kernels` crate uphold this.
     ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer, LaunchConfig};
+    /// let dev = Device::new(0)?;
+    /// let s = dev.new_stream()?;
+    /// let src = r#"extern "C" __global__ void iota(unsigned* out, unsigned n) {
+    ///     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    ///     if (i < n) out[i] = i;
+    /// }"#;
+    /// let f = dev.compile_module("iota.cu", src, &[])?.function("iota")?;
+    /// let mut out = DeviceBuffer::<u32>::zeros(&s, 1000)?;
+    /// // SAFETY: the arguments match `iota(unsigned*, unsigned)`; the kernel writes out[i] for i < 1000
+    /// // only, through the `&mut` buffer.
+    /// unsafe { f.launch(&s, LaunchConfig::for_elements(1000, 256), (&mut out, 1000u32))? };
+    /// assert_eq!(out.to_vec()?, (0..1000).collect::<Vec<u32>>());
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a stream or buffer of another device; [`Error::Capture`] if
     /// another thread is capturing `stream` or a buffer's home stream is being captured; driver
@@ -175,6 +208,29 @@ impl Function {
     /// are visible) before any load or store of device memory; only L2 prefetches
     /// (`prefetch.global.L2`, which change no value) may come before it. A kernel that touched
     /// memory before the wait could race the earlier kernel.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer, LaunchConfig};
+    /// let (dev, n) = (Device::new(0)?, 4096u32);
+    /// let s = dev.new_stream()?;
+    /// let src = r#"extern "C" __global__ void add_one(float* x, unsigned n) {
+    /// #if __CUDA_ARCH__ >= 900
+    ///     asm volatile("griddepcontrol.wait;" ::: "memory"); // before any load or store
+    /// #endif
+    ///     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    ///     if (i < n) x[i] += 1.0f;
+    /// }"#;
+    /// let f = dev.compile_module("add_one.cu", src, &[])?.function("add_one")?;
+    /// let mut x = DeviceBuffer::<f32>::zeros(&s, n as usize)?;
+    /// for _ in 0..2 {
+    ///     // SAFETY: the arguments match `add_one(float*, unsigned)`; the kernel touches x[i] for
+    ///     // i < n only, and only after `griddepcontrol.wait`.
+    ///     unsafe { f.launch_overlapped(&s, LaunchConfig::for_elements(n as usize, 256), (&mut x, n))? };
+    /// }
+    /// assert_eq!(x.to_vec()?, vec![2.0; 4096]);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// As for [`Function::launch`].

@@ -35,6 +35,17 @@ impl Drop for ModuleInner {
 
 /// A loaded module (PTX or CUBIN). Cloning gives another handle; the module is unloaded when the
 /// last handle and the last [`Function`] from it are dropped.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::Device;
+/// let dev = Device::new(0)?;
+/// let m = dev.compile_module("k.cu", r#"extern "C" __global__ void k(int* x) { *x = 1; }"#, &[])?;
+/// let k = m.function("k")?;
+/// drop(m); // `k` keeps the module loaded
+/// assert_eq!(k.device(), &dev);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct CudaModule {
     inner: Arc<ModuleInner>,
@@ -48,6 +59,20 @@ impl std::fmt::Debug for CudaModule {
 
 impl CudaModule {
     /// Loads a module from PTX text.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{CudaModule, Device};
+    /// let ptx = r#"
+    /// .version 7.0
+    /// .target sm_70
+    /// .address_size 64
+    /// .visible .entry nop(.param .u32 n) { ret; }
+    /// "#;
+    /// let m = CudaModule::from_ptx(&Device::new(0)?, ptx)?; // JIT-compiled for the device
+    /// let nop = m.function("nop")?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for PTX with a NUL byte; driver errors (e.g. PTX for a newer
@@ -88,6 +113,15 @@ impl CudaModule {
 
     /// Looks up a kernel by its (`extern "C"`) name.
     ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// let dev = cuda_core::Device::new(0)?;
+    /// let m = dev.compile_module("k.cu", r#"extern "C" __global__ void k(int* x) { *x = 1; }"#, &[])?;
+    /// let k = m.function("k")?; // the `extern "C"` name: no C++ mangling
+    /// assert!(m.function("missing").is_err());
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a name with a NUL byte; driver errors (`CUDA_ERROR_NOT_FOUND`
     /// for a missing kernel).
@@ -111,6 +145,17 @@ impl CudaModule {
 }
 
 /// A kernel in a loaded module. Keeps its module loaded.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Device, FunctionAttribute};
+/// let dev = Device::new(0)?;
+/// let f = dev.compile_module("k.cu", r#"extern "C" __global__ void k(int* x) { *x = 1; }"#, &[])?
+///     .function("k")?;
+/// let max = f.attribute(FunctionAttribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?;
+/// assert!(max > 0);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Function {
     _module: Arc<ModuleInner>,

@@ -38,6 +38,18 @@ impl<T: Send + Sync + 'static> PerDevice<T> {
     /// The value for `device`, built by `init` if there is none yet. `init` runs with the cache
     /// locked, so it runs at most once per device at a time (it must not use this same cache).
     ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, PerDevice, Stream};
+    /// static STREAMS: PerDevice<Stream> = PerDevice::new();
+    /// let dev = Device::new(0)?;
+    /// assert!(STREAMS.get(&dev).is_none());
+    /// let s = STREAMS.get_or_try_init(&dev, || dev.new_stream())?;
+    /// let again = STREAMS.get_or_try_init(&dev, || unreachable!("built once"))?;
+    /// assert_eq!(s, again);
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// The error of `init`.
     pub fn get_or_try_init(&self, device: &Device, init: impl FnOnce() -> Result<T>) -> Result<&'static T> {

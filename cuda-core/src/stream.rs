@@ -50,6 +50,18 @@ impl Drop for StreamInner {
 /// A non-blocking CUDA stream (it does not synchronise with the legacy default stream).
 /// Cloning gives another handle to the same stream; two handles are equal when they name the same
 /// stream.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Device, DeviceBuffer, Stream};
+/// let s = Stream::new(&Device::new(0)?)?;
+/// let x = DeviceBuffer::from_host(&s, &[1u32, 2, 3])?; // queued on `s`
+/// let handle = s.clone(); // another handle to the same stream
+/// assert_eq!(handle, s);
+/// handle.synchronize()?; // waits for the copy
+/// assert!(s.query()?); // nothing left to run
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Stream {
     inner: Arc<StreamInner>,
@@ -87,6 +99,14 @@ impl Device {
 
     /// Creates a new non-blocking stream with the default priority.
     ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// let dev = cuda_core::Device::new(0)?;
+    /// let s = dev.new_stream()?;
+    /// assert_eq!(s.device(), &dev);
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// As for [`Stream::new`].
     pub fn new_stream(&self) -> Result<Stream> {
@@ -105,6 +125,15 @@ impl Stream {
 
     /// Creates a non-blocking stream with `priority`, which must lie in
     /// [`Device::stream_priority_range`] (an error otherwise, rather than the driver's silent clamp).
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, Stream};
+    /// let dev = Device::new(0)?;
+    /// let (_least, greatest) = dev.stream_priority_range()?;
+    /// let urgent = Stream::with_priority(&dev, greatest)?; // scheduled ahead of default-priority work
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a priority outside [`Device::stream_priority_range`]; driver
@@ -155,6 +184,17 @@ impl Stream {
     /// Blocks the calling thread until all work queued on this stream has finished, and reports
     /// any asynchronous error of that work.
     ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer};
+    /// let s = Device::new(0)?.new_stream()?;
+    /// let mut buf = DeviceBuffer::<u8>::zeros(&s, 64 << 20)?;
+    /// buf.fill(&s, 0xff)?; // returns before the memset has run
+    /// s.synchronize()?; // now it has; a fault of the queued work would be reported here
+    /// assert!(s.query()?);
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`Error::Capture`] if the stream is being captured (nothing would ever complete); a driver
     /// error of the work (e.g. a kernel fault).
@@ -189,6 +229,18 @@ impl Stream {
 
     /// Makes all work queued on this stream after this call wait until `event` has completed.
     /// Does not block the host.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, Event};
+    /// let dev = Device::new(0)?;
+    /// let (producer, consumer) = (dev.new_stream()?, dev.new_stream()?);
+    /// // ... queue work on `producer` ...
+    /// let ready = Event::pooled(&dev)?;
+    /// ready.record(&producer)?;
+    /// consumer.wait_event(&ready)?; // later work on `consumer` runs after it; the host never blocks
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::Capture`] when the wait would join two worlds that must stay apart: `event` was

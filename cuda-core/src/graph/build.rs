@@ -96,6 +96,22 @@ pub struct GraphMem {
 
 /// Adds nodes to a graph or to a conditional body. Obtained from [`Graph::builder`] or inside
 /// [`GraphBody::add_if`] / [`GraphBody::add_while`].
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Device, DeviceBuffer, Graph};
+/// let dev = Device::new(0)?;
+/// let s = dev.new_stream()?;
+/// let (mut a, mut b) = (DeviceBuffer::<u32>::zeros(&s, 64)?, DeviceBuffer::<u32>::zeros(&s, 64)?);
+/// let mut graph = Graph::new(&dev)?;
+/// let mut body = graph.builder();
+/// let set = body.add_memset(&mut a, 5, &[])?;
+/// body.add_copy(&a, &mut b, &[set])?; // `b = a` once the memset has run
+/// assert_eq!(graph.node_count()?, 2);
+/// graph.instantiate(Default::default())?.launch(&s)?;
+/// assert_eq!(b.to_vec()?, vec![5; 64]);
+/// # Ok(()) }
+/// ```
 pub struct GraphBody<'g> {
     pub(crate) raw: sys::CUgraph,
     pub(crate) owner: (u64, u64),
@@ -591,6 +607,24 @@ impl<'g> GraphBody<'g> {
 
     /// A kernel node launching `f` with `cfg` and `args`. Buffers among `args` are kept alive by
     /// the graph.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer, Graph, LaunchConfig};
+    /// let dev = Device::new(0)?;
+    /// let s = dev.new_stream()?;
+    /// let src = r#"extern "C" __global__ void inc(int* x) { x[threadIdx.x] += 1; }"#;
+    /// let inc = dev.compile_module("inc.cu", src, &[])?.function("inc")?;
+    /// let mut x = DeviceBuffer::<i32>::zeros(&s, 32)?;
+    /// let mut graph = Graph::new(&dev)?;
+    /// let mut b = graph.builder();
+    /// let set = b.add_memset(&mut x, 41, &[])?;
+    /// // SAFETY: the argument matches `inc(int*)`; its 32 threads touch x[0..32] only.
+    /// unsafe { b.add_kernel(&inc, LaunchConfig::for_elements(32, 32), (&mut x,), &[set])? };
+    /// graph.instantiate(Default::default())?.launch(&s)?;
+    /// assert_eq!(x.to_vec()?, vec![42; 32]);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Safety
     /// As for [`Function::launch`]: the arguments must match the kernel's signature and the kernel

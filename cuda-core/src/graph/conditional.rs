@@ -191,6 +191,22 @@ impl<'g> GraphBody<'g> {
         Ok((raw, body_graph))
     }
 
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer, Error, Graph};
+    /// let dev = Device::new(0)?;
+    /// let s = dev.new_stream()?;
+    /// let flag = DeviceBuffer::from_host(&s, &[0u32])?; // written by kernels in real use
+    /// let mut x = DeviceBuffer::<u32>::zeros(&s, 16)?;
+    /// let mut graph = Graph::new(&dev)?;
+    /// let mut b = graph.builder();
+    /// let cond = b.conditional(None)?;
+    /// let set = b.add_set_conditional(&cond, &flag, &[])?; // cond = flag[0] != 0, on the device
+    /// b.add_if::<Error>(&cond, &[set], |body| body.add_memset(&mut x, 1, &[]).map(drop))?;
+    /// graph.instantiate(Default::default())?.launch(&s)?;
+    /// assert_eq!(x.to_vec()?, vec![0; 16]); // flag[0] == 0: the body was skipped
+    /// # Ok(()) }
+    /// ```
     /// [`GraphBody::add_conditional`] with [`ConditionalKind::If`].
     pub fn add_if<E: From<Error>>(
         &mut self,
@@ -201,6 +217,26 @@ impl<'g> GraphBody<'g> {
         self.add_conditional(cond, ConditionalKind::If, deps, body)
     }
 
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer, Error, Graph, LaunchConfig};
+    /// let dev = Device::new(0)?;
+    /// let s = dev.new_stream()?;
+    /// let src = r#"extern "C" __global__ void step(int* n, unsigned* go) { *n -= 1; *go = *n > 0; }"#;
+    /// let step = dev.compile_module("step.cu", src, &[])?.function("step")?;
+    /// let (mut n, mut go) = (DeviceBuffer::from_host(&s, &[5i32])?, DeviceBuffer::<u32>::zeros(&s, 1)?);
+    /// let mut graph = Graph::new(&dev)?;
+    /// let mut b = graph.builder();
+    /// let cond = b.conditional(Some(true))?; // set at the start of every replay
+    /// b.add_while::<Error>(&cond, &[], |body| {
+    ///     // SAFETY: matches `step(int*, unsigned*)`; one thread touches n[0] and go[0] only.
+    ///     let k = unsafe { body.add_kernel(&step, LaunchConfig::for_elements(1, 1), (&mut n, &mut go), &[])? };
+    ///     body.add_set_conditional(&cond, &go, &[k]).map(drop) // loop while n > 0
+    /// })?;
+    /// graph.instantiate(Default::default())?.launch(&s)?;
+    /// assert_eq!(n.to_vec()?, [0]);
+    /// # Ok(()) }
+    /// ```
     /// [`GraphBody::add_conditional`] with [`ConditionalKind::While`].
     pub fn add_while<E: From<Error>>(
         &mut self,

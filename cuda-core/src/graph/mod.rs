@@ -119,6 +119,21 @@ fn next_id() -> u64 {
 /// An owned graph (`CUgraph`), destroyed on drop. It keeps every allocation its nodes use (nodes
 /// recorded by stream capture through this crate, or added explicitly), plus the host closures and
 /// events of its nodes.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{CaptureMode, Device, DeviceBuffer};
+/// let s = Device::new(0)?.new_stream()?;
+/// let mut x = DeviceBuffer::<u32>::zeros(&s, 256)?; // allocate before capturing
+/// s.begin_capture(CaptureMode::ThreadLocal)?;
+/// x.fill(&s, 7)?; // recorded, not run
+/// let graph = s.end_capture()?;
+/// assert_eq!(graph.node_count()?, 1);
+/// let exec = graph.instantiate(Default::default())?;
+/// exec.launch(&s)?;
+/// assert_eq!(x.to_vec()?, vec![7; 256]); // ordered after the replay
+/// # Ok(()) }
+/// ```
 pub struct Graph {
     raw: sys::CUgraph,
     device: Device,
@@ -213,6 +228,18 @@ impl Graph {
     /// Instantiates an executable graph. With [`InstantiateFlags::UPLOAD`], use
     /// [`Graph::instantiate_and_upload`] instead (the driver needs a stream for it).
     ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, Graph, InstantiateFlags};
+    /// let dev = Device::new(0)?;
+    /// let mut graph = Graph::new(&dev)?;
+    /// graph.builder().add_empty(&[])?;
+    /// let exec = graph.instantiate(InstantiateFlags::NONE)?;
+    /// drop(graph); // an executable graph does not need its graph
+    /// exec.launch(&dev.new_stream()?)?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for [`InstantiateFlags::UPLOAD`] (use `instantiate_and_upload`);
     /// driver errors (e.g. an invalid graph).
@@ -254,6 +281,22 @@ impl Graph {
 /// replay queued before has completed (on the `cuda-core-reaper` thread). The driver defers the
 /// destruction of an executable graph that is still running. So dropping it right after a launch
 /// is safe.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{CaptureMode, Device, DeviceBuffer, InstantiateFlags};
+/// let s = Device::new(0)?.new_stream()?;
+/// let mut x = DeviceBuffer::<f32>::zeros(&s, 1024)?;
+/// s.begin_capture(CaptureMode::ThreadLocal)?;
+/// x.fill(&s, 1.0)?;
+/// let exec = s.end_capture()?.instantiate_and_upload(InstantiateFlags::NONE, &s)?;
+/// drop(x); // the executable graph keeps the memory alive: replays stay safe
+/// for _ in 0..100 {
+///     exec.launch(&s)?;
+/// }
+/// s.synchronize()?;
+/// # Ok(()) }
+/// ```
 pub struct GraphExec {
     raw: sys::CUgraphExec,
     device: Device,

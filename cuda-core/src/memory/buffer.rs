@@ -25,6 +25,18 @@ use std::sync::Arc;
 /// - It keeps its home stream (and pool, if any) alive.
 /// - Graphs that recorded work on it keep the memory alive (through its [`Allocation`]) for as
 ///   long as they can replay, even after the buffer itself is dropped.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Device, DeviceBuffer};
+/// let s = Device::new(0)?.new_stream()?;
+/// let a = DeviceBuffer::from_host(&s, &[1i32, 2, 3, 4])?;
+/// let mut b = DeviceBuffer::<i32>::zeros(&s, 4)?;
+/// b.copy_from_device(&s, &a)?; // ordered after the upload
+/// drop(a); // freed on `s` after the copy; never blocks
+/// assert_eq!(b.to_vec()?, [1, 2, 3, 4]);
+/// # Ok(()) }
+/// ```
 pub struct DeviceBuffer<T: DeviceRepr> {
     ptr: sys::CUdeviceptr,
     len: usize,
@@ -52,6 +64,17 @@ fn byte_len<T>(len: usize) -> Result<usize> {
 impl<T: DeviceRepr> DeviceBuffer<T> {
     /// Allocates `len` elements on `stream` from the device's current memory pool, without
     /// initialising them.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer};
+    /// let s = Device::new(0)?.new_stream()?;
+    /// // SAFETY: the fill below writes every element before anything reads the buffer.
+    /// let mut buf = unsafe { DeviceBuffer::<u32>::uninit(&s, 1024)? };
+    /// buf.fill(&s, 3)?;
+    /// assert_eq!(buf.to_vec()?, vec![3; 1024]);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Safety
     /// The contents are indeterminate until written; reading them back yields arbitrary (but valid,
@@ -108,6 +131,16 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     /// Allocates `len` zeroed elements on `stream`.
     ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer};
+    /// let s = Device::new(0)?.new_stream()?;
+    /// let z = DeviceBuffer::<f32>::zeros(&s, 1024)?;
+    /// assert_eq!((z.len(), z.size_bytes()), (1024, 4096));
+    /// assert!(z.to_vec()?.iter().all(|&v| v == 0.0));
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// As for [`DeviceBuffer::uninit`] and [`DeviceBuffer::memset_zero`].
     pub fn zeros(stream: &Stream, len: usize) -> Result<Self> {
@@ -120,6 +153,17 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// Allocates and fills with `value` (for element sizes 1, 2, 4 and 8 bytes; others are an
     /// [`Error::InvalidArgument`]).
     ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer, Error};
+    /// let s = Device::new(0)?.new_stream()?;
+    /// let x = DeviceBuffer::filled(&s, 4, half::bf16::ONE)?;
+    /// assert_eq!(x.to_vec()?, [half::bf16::ONE; 4]);
+    /// // 16-byte elements cannot be filled by the driver's memsets:
+    /// assert!(matches!(DeviceBuffer::filled(&s, 4, 1u128), Err(Error::InvalidArgument(_))));
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// As for [`DeviceBuffer::uninit`] and [`DeviceBuffer::fill`].
     pub fn filled(stream: &Stream, len: usize, value: T) -> Result<Self> {
@@ -131,6 +175,17 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     /// Allocates on `stream` and copies `data` into it. Returns once `data` has been staged, so
     /// the slice may be changed or dropped right away.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer};
+    /// let s = Device::new(0)?.new_stream()?;
+    /// let mut host = vec![1.0f32; 256];
+    /// let d = DeviceBuffer::from_host(&s, &host)?;
+    /// host.fill(0.0); // fine: `from_host` returned once `host` was staged
+    /// assert_eq!(d.to_vec()?, vec![1.0; 256]);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// As for [`DeviceBuffer::uninit`] and [`DeviceBuffer::copy_from_host`].
@@ -235,6 +290,19 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// Copies the buffer into `out`, blocking until the copy (and all earlier work on `stream`)
     /// is complete. Lengths must match.
     ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer, Error};
+    /// let s = Device::new(0)?.new_stream()?;
+    /// let d = DeviceBuffer::from_host(&s, &[1u8, 2, 3])?;
+    /// let mut out = [0u8; 3];
+    /// d.copy_to_host(&s, &mut out)?; // returns once the copy is done
+    /// assert_eq!(out, [1, 2, 3]);
+    /// let mut short = [0u8; 2];
+    /// assert!(matches!(d.copy_to_host(&s, &mut short), Err(Error::LengthMismatch { .. })));
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`Error::LengthMismatch`], [`Error::DeviceMismatch`]; [`Error::Capture`] on a capturing
     /// stream; driver errors, including faults of earlier work reported by the wait.
@@ -268,6 +336,15 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     /// Copies the whole buffer to a new `Vec`, blocking, ordered on the home stream.
     ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer};
+    /// let s = Device::new(0)?.new_stream()?;
+    /// let d = DeviceBuffer::filled(&s, 3, 7u16)?;
+    /// assert_eq!(d.to_vec()?, vec![7, 7, 7]); // waits for the fill, then copies
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// As for [`DeviceBuffer::copy_to_host`].
     pub fn to_vec(&self) -> Result<Vec<T>> {
@@ -282,6 +359,18 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     }
 
     /// Queues a device-to-device copy of `src` into `self` on `stream`. Lengths must match.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer};
+    /// let dev = Device::new(0)?;
+    /// let (s1, s2) = (dev.new_stream()?, dev.new_stream()?);
+    /// let src = DeviceBuffer::from_host(&s1, &[1.0f32, 2.0])?;
+    /// let mut dst = DeviceBuffer::<f32>::zeros(&s2, 2)?;
+    /// dst.copy_from_device(&s2, &src)?; // on `s2`, ordered after the upload on `s1`
+    /// assert_eq!(dst.to_vec()?, [1.0, 2.0]);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::LengthMismatch`], [`Error::DeviceMismatch`]; [`Error::Capture`] (another thread's

@@ -17,6 +17,20 @@ use std::mem::size_of;
 /// buffer remembers the last transfer (an event); every host access ([`PinnedBuffer::as_slice`],
 /// [`PinnedBuffer::as_mut_slice`]) and the drop first wait for it. Safe code can therefore never
 /// see a half-written buffer, write into memory a copy is still reading, or free it early.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Device, DeviceBuffer, PinnedBuffer};
+/// let dev = Device::new(0)?;
+/// let s = dev.new_stream()?;
+/// let mut host = PinnedBuffer::from_slice(&dev, &[1.0f32, 2.0, 3.0])?;
+/// let mut d = DeviceBuffer::<f32>::zeros(&s, 3)?;
+/// host.copy_to_device_async(&s, &mut d)?; // returns before the transfer is done
+/// host.as_mut_slice()?.fill(0.0); // waits for the transfer first
+/// host.copy_from_device_async(&s, &d)?;
+/// assert_eq!(host.as_slice()?, [1.0, 2.0, 3.0]); // waits for the copy back
+/// # Ok(()) }
+/// ```
 pub struct PinnedBuffer<T: DeviceRepr> {
     ptr: *mut T,
     len: usize,
@@ -33,6 +47,15 @@ unsafe impl<T: DeviceRepr> Sync for PinnedBuffer<T> {}
 
 impl<T: DeviceRepr> PinnedBuffer<T> {
     /// Allocates page-locked memory for `len` elements, filled with `value`.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// let dev = cuda_core::Device::new(0)?;
+    /// let buf = cuda_core::PinnedBuffer::new(&dev, 4096, 0u8)?;
+    /// assert_eq!(buf.len(), 4096);
+    /// assert!(buf.as_slice()?.iter().all(|&b| b == 0));
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if the size overflows; driver errors (e.g. out of page-locked

@@ -29,6 +29,21 @@ impl Drop for PoolInner {
 
 /// A stream-ordered memory pool. Buffers allocated from it keep it alive. Cloning gives another
 /// handle to the same pool.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Device, DeviceBuffer, MemPool};
+/// let dev = Device::new(0)?;
+/// let s = dev.new_stream()?;
+/// let pool = MemPool::new(&dev)?;
+/// pool.set_release_threshold(u64::MAX)?; // keep freed memory cached for reuse
+/// // SAFETY: the fill below writes every element before anything reads the buffer.
+/// let mut buf = unsafe { DeviceBuffer::<f32>::uninit_in(&pool, &s, 1 << 20)? };
+/// buf.fill(&s, 0.0)?;
+/// s.synchronize()?;
+/// assert!(pool.stats()?.used_current >= 4 << 20);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct MemPool {
     inner: Arc<PoolInner>,
@@ -41,6 +56,21 @@ impl std::fmt::Debug for MemPool {
 }
 
 /// Usage figures of a pool, in bytes.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Device, DeviceBuffer, MemPool};
+/// let dev = Device::new(0)?;
+/// let s = dev.new_stream()?;
+/// let pool = MemPool::device_default(&dev)?; // where plain allocations come from
+/// let before = pool.stats()?;
+/// let buf = DeviceBuffer::<u8>::zeros(&s, 1 << 20)?;
+/// s.synchronize()?;
+/// let now = pool.stats()?;
+/// assert!(now.used_current >= before.used_current + (1 << 20));
+/// assert!(now.used_high >= now.used_current && now.reserved_current >= now.used_current);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolStats {
     /// Memory handed out to live allocations now.

@@ -38,6 +38,20 @@ pub struct CompiledKernel {
 
 /// A kernel cache. [`KernelCache::global`] is the process-wide one; separate instances are useful
 /// in tests or to pick another folder.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::nvrtc::{CacheOrigin, KernelCache};
+/// use cuda_core::{CudaModule, Device};
+/// let dev = Device::new(0)?;
+/// let cache = KernelCache::memory_only();
+/// let src = r#"extern "C" __global__ void k(int* x) { *x = 1; }"#;
+/// let first = cache.compile(&dev, "k.cu", src, &[])?;
+/// assert_eq!(first.origin, CacheOrigin::Compiled);
+/// assert_eq!(cache.compile(&dev, "k.cu", src, &[])?.origin, CacheOrigin::Memory);
+/// let k = CudaModule::from_cubin(&dev, &first.image)?.function("k")?;
+/// # Ok(()) }
+/// ```
 pub struct KernelCache {
     dir: Option<PathBuf>,
     memory: Mutex<HashMap<[u8; 32], Arc<Vec<u8>>>>,
@@ -45,6 +59,13 @@ pub struct KernelCache {
 
 impl KernelCache {
     /// A cache keeping entries in `dir` (created on demand) and in memory.
+    ///
+    /// ```
+    /// use cuda_core::nvrtc::KernelCache;
+    /// let cache = KernelCache::with_dir(std::env::temp_dir().join("my-kernels"));
+    /// assert!(cache.dir().is_some_and(|d| d.ends_with("my-kernels")));
+    /// assert_eq!(KernelCache::memory_only().dir(), None);
+    /// ```
     pub fn with_dir(dir: impl Into<PathBuf>) -> KernelCache {
         KernelCache { dir: Some(dir.into()), memory: Mutex::new(HashMap::new()) }
     }

@@ -75,6 +75,19 @@ impl Program {
 /// Compiles `source` (named `program` in diagnostics) to a CUBIN for `arch` (e.g. `sm_90`) with
 /// extra NVRTC `options`. A compile error is [`Error::Compile`] carrying NVRTC's log.
 ///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{nvrtc::compile_cubin, Error};
+/// let src = r#"extern "C" __global__ void k(int* x) { *x = 1; }"#;
+/// let cubin = compile_cubin("k.cu", src, "sm_90", &[])?; // needs libnvrtc, not a GPU
+/// assert!(!cubin.is_empty());
+/// match compile_cubin("bad.cu", "this is not CUDA", "sm_90", &[]) {
+///     Err(Error::Compile { log, .. }) => assert!(log.contains("error")),
+///     other => panic!("expected a compile error, got {other:?}"),
+/// }
+/// # Ok(()) }
+/// ```
+///
 /// # Errors
 /// [`Error::NvrtcMissing`]; [`Error::Compile`] with NVRTC's log; [`Error::InvalidArgument`] for a
 /// source or name with a NUL byte; NVRTC errors.

@@ -15,18 +15,22 @@
 // [R][in] bf16 (dynamic shared memory of R * in * 2 bytes, at most 48 KiB, checked by the
 // launcher), while its first weight loads are already in flight; then each group of `split`
 // warps takes one output row o at a time (grid-stride), streams W[o] once with 16-byte loads
-// that bypass L1, and dots it with every input row. in % 8 == 0.
+// that bypass L1, and dots it with every input row. in % 8 == 0; out + out (SwiGLU's second
+// row index) and every grid-stride index fit in 32 bits (checked by the launcher).
 
 #define GEMV_WARPS 8
 #define GEMV_UNROLL 8
 
 enum { PLAIN = 0, F32OUT = 1, SWIGLU = 2, RESIDUAL = 3 };
 
-// A 16-byte load of weights that are read once: not kept in L1. Volatile with a memory clobber
-// so that it can never be hoisted above PDL_WAIT().
+// A 16-byte load of weights that are read once: not kept in L1. A coherent load (not .nc): under
+// an overlapped launch the kernel ahead may have written these weights (safe code can pass a
+// product's output as the next product's weights), and griddepcontrol.wait makes its writes
+// visible to ordinary loads. Volatile with a memory clobber so that it can never be hoisted above
+// PDL_WAIT().
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p)
                  : "memory");

@@ -22,7 +22,7 @@
 //! # Ok(()) }
 //! ```
 
-use crate::checks::{dim, len_check, mul, same_device};
+use crate::checks::{len_check, mul, same_device};
 use crate::llama::BF16_SRC;
 use cuda_core::{Device, DeviceBuffer, Error, Function, LaunchConfig, PerDevice, Result, Stream};
 use half::bf16;
@@ -33,8 +33,12 @@ pub const GEMV_SRC: &str = include_str!("../cuda/gemv.cu");
 /// The most rows one launch takes.
 pub const GEMV_MAX_ROWS: usize = 8;
 /// The most shared memory the staged input rows may take (`R * in * 2` bytes, `R` the row count
-/// rounded up to 1, 2, 4 or 8): the default per-block limit, so no opt-in is needed.
-pub const GEMV_MAX_SHARED: usize = 48 << 10;
+/// rounded up to 1, 2, 4 or 8): the default 48 KiB per block less 1 KiB for the kernels' static
+/// shared memory (at most 768 bytes), so no opt-in is needed.
+pub const GEMV_MAX_SHARED: usize = 47 << 10;
+/// The most output rows of one product: the kernels' 32-bit row indices (`o + out` for SwiGLU,
+/// and the grid-stride loop's next index) must not wrap.
+pub const GEMV_MAX_OUT: usize = (u32::MAX / 4) as usize;
 const WARPS: u32 = 8;
 /// 16-byte loads per lane in flight per round (`GEMV_UNROLL`).
 const UNROLL: usize = 8;
@@ -116,7 +120,9 @@ impl Gemv {
         }
         let (r, idx) =
             bucket(rows).ok_or_else(|| Error::InvalidArgument(format!("{during}: {rows} rows")))?;
-        dim(out, "out")?;
+        if out > GEMV_MAX_OUT {
+            return Err(Error::InvalidArgument(format!("{during}: {out} outputs exceed {GEMV_MAX_OUT}")));
+        }
         // Warps per output row: enough that each warp's share of a row is one batch of
         // UNROLL loads per lane (a long row, e.g. the down projection, is otherwise read in
         // several dependent rounds), at most 8. Measured on the H100 (bench-decode), splitting

@@ -425,9 +425,17 @@ fn fused_products_match_host() -> TestResult {
     let mut randn = |n: usize, scale: f64, shift: f64| -> Vec<bf16> {
         (0..n).map(|_| bf16::from_f64(shift + scale * rng.random_range(-1.0f64..1.0))).collect()
     };
-    for &(rows, in_dim, out) in
-        &[(1, 256, 384), (3, 2048, 37), (5, 768, 100), (8, 256, 2048), (2, 8192, 64), (1, 8, 3)]
-    {
+    // (8, 3008) stages exactly GEMV_MAX_SHARED bytes: the launch must still fit beside the static
+    // shared memory.
+    for &(rows, in_dim, out) in &[
+        (1, 256, 384),
+        (3, 2048, 37),
+        (5, 768, 100),
+        (8, 256, 2048),
+        (2, 8192, 64),
+        (1, 8, 3),
+        (8, 3008, 16),
+    ] {
         let x = randn(rows * in_dim, 2.0, 0.0);
         let nw = randn(in_dim, 0.2, 1.0);
         let w = randn(2 * out * in_dim, 0.05, 0.0);
@@ -492,6 +500,16 @@ fn fused_products_match_host() -> TestResult {
             format!("{rows} rows of {in_dim} accepted"),
         )?;
     }
+    ensure(Gemv::fits(8, 3008) && !Gemv::fits(8, 3072), "the shared-memory bound moved")?;
+    // More outputs than the kernels' 32-bit indices allow are refused before any length check.
+    let (x1, w1) =
+        (DeviceBuffer::from_host(&s, &[bf16::ONE; 8])?, DeviceBuffer::from_host(&s, &[bf16::ONE; 8])?);
+    let mut y1 = DeviceBuffer::from_host(&s, &[bf16::ZERO; 1])?;
+    let huge = kernels::gemv::GEMV_MAX_OUT + 1;
+    ensure(
+        g.residual(&s, &x1, &w1, &mut y1, 1, 8, huge).is_err(),
+        "an output count past the 32-bit bound was accepted",
+    )?;
     Ok(())
 }
 

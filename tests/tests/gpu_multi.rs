@@ -342,6 +342,13 @@ fn captured_all_reduce_two_devices() -> TestResult {
 }
 
 fn main() {
+    // NCCL's policy variables (see `cuda_core::nccl`): set here, before any thread starts, where
+    // changing the environment cannot race another thread's `getenv`.
+    for var in ["NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER"] {
+        if std::env::var_os(var).is_none() {
+            std::env::set_var(var, "0");
+        }
+    }
     let mut s = Suite::new();
     s.gpu("device_enumeration", device_enumeration)
         .gpu("peer_copy_one_device", peer_copy_one_device)

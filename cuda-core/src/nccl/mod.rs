@@ -32,13 +32,12 @@
 //! the other ranks' graphs).
 //!
 //! **NVLink multicast (NVLS) is never enabled**, and NCCL's registration of user buffers for
-//! captured collectives is turned off: before the first communicator is created, this module sets
-//! `NCCL_NVLS_ENABLE=0` and `NCCL_GRAPH_REGISTER=0` unless they are already set, and refuses to
-//! create a communicator if `NCCL_NVLS_ENABLE` is set to anything other than `0`. Without
-//! registration, peers never write into a rank's own buffers, so a graph replayed out of step
-//! with its peers cannot make a peer write past the end of a buffer. Setting environment variables
-//! while other threads read the environment is racy: set both in the environment of the process (or
-//! before starting threads) to avoid it.
+//! captured collectives stays off: creating a communicator is refused unless the environment has
+//! `NCCL_NVLS_ENABLE=0` and `NCCL_GRAPH_REGISTER=0`. Without registration, peers never write into
+//! a rank's own buffers, so a graph replayed out of step with its peers cannot make a peer write
+//! past the end of a buffer. The crate does not set the variables itself (changing the
+//! environment while other threads read it with C `getenv` is a data race): set them in the
+//! environment the process starts with, or at the top of `main` before any thread starts.
 //!
 //! **Lifetime.** The communicators of one [`Communicator::init_all`] are destroyed together, once
 //! every [`Communicator`] handle and every graph holding one of them is gone:
@@ -50,6 +49,7 @@
 //! use cuda_core::nccl::{Communicator, ReduceOp};
 //! use cuda_core::{Device, DeviceBuffer};
 //! # fn main() -> cuda_core::Result<()> {
+//! // Started with NCCL_NVLS_ENABLE=0 NCCL_GRAPH_REGISTER=0 in the environment.
 //! let dev = Device::new(0)?;
 //! let comms = Communicator::init_all(&[dev])?; // one rank: all-reduce is a copy
 //! let s = dev.new_stream()?;
@@ -122,22 +122,22 @@ fn load_once() -> Result<()> {
     Ok(())
 }
 
-/// Applies the NVLS policy of the module docs.
+/// Checks the policy of the module docs: `NCCL_NVLS_ENABLE=0` and `NCCL_GRAPH_REGISTER=0` must be
+/// in the environment. This crate does not set them itself: changing the environment while other
+/// threads read it (the driver, NVRTC and NCCL call C `getenv`) is a data race, so the process
+/// must set them before it starts threads (or in the environment it is started with).
 fn nvls_off() -> Result<()> {
-    static SET: std::sync::Once = std::sync::Once::new();
-    SET.call_once(|| {
-        for var in ["NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER"] {
-            if std::env::var_os(var).is_none() {
-                std::env::set_var(var, "0");
+    for var in ["NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER"] {
+        match std::env::var(var) {
+            Ok(v) if v.trim() == "0" => {}
+            v => {
+                return Err(Error::InvalidArgument(format!(
+                    "{var} is {v:?}: set {var}=0 in the environment before starting threads (this crate never enables NVLink multicast, and keeps NCCL from registering user buffers in graphs)"
+                )))
             }
         }
-    });
-    match std::env::var("NCCL_NVLS_ENABLE") {
-        Ok(v) if v.trim() == "0" => Ok(()),
-        v => Err(Error::InvalidArgument(format!(
-            "NCCL_NVLS_ENABLE is {v:?}: this crate never enables NVLink multicast; unset it or set it to 0"
-        ))),
     }
+    Ok(())
 }
 
 fn raw_version() -> Result<(u32, u32, u32)> {

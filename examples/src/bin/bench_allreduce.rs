@@ -126,6 +126,13 @@ fn sync_all(ranks: &[RankBufs]) -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    // NCCL's policy variables (see `cuda_core::nccl`): set here, before any thread starts, where
+    // changing the environment cannot race another thread's `getenv`.
+    for var in ["NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER"] {
+        if std::env::var_os(var).is_none() {
+            std::env::set_var(var, "0");
+        }
+    }
     let args = Args::parse();
     let (_, mut run) = bench::start("bench-allreduce", &args, &args.common, false)?;
     let all = Device::all()?;

@@ -385,9 +385,6 @@ impl LlamaModel {
     fn stage(&mut self, rows: &[Row]) -> Result<(usize, impl DeviceOp<Output = ()> + '_)> {
         let batch = self.check_rows(rows)?;
         self.ensure(batch)?;
-        for r in rows {
-            self.filled[r.slot as usize] = r.position + 1;
-        }
         self.last_rows = Some((batch, rows.len()));
         let b = self.buckets.get_mut(&batch).ok_or_else(|| misuse("bucket vanished".into()))?;
         b.write_rows(rows)?;
@@ -403,6 +400,15 @@ impl LlamaModel {
             .then(move |next| graph.launch().map(move |()| next))
             .and_then_with_context(move |next, ctx| Ok(out_next.copy_from_device_async(ctx.stream(), next)?));
         Ok((rows.len(), op))
+    }
+
+    /// Records that `rows` were written to the cache: called only after their step's work ran,
+    /// so a step that failed, or whose future was dropped before it finished, never lets a later
+    /// step read a position that was not written (it may be fed again instead).
+    fn commit(&mut self, rows: &[Row]) {
+        for r in rows {
+            self.filled[r.slot as usize] = r.position + 1;
+        }
     }
 
     fn read_next(&self, n: usize) -> Result<Vec<u32>> {
@@ -421,6 +427,7 @@ impl LlamaModel {
         let stream = self.stream.clone();
         let (n, op) = self.stage(rows)?;
         op.sync_on(&stream)?;
+        self.commit(rows);
         self.read_next(n)
     }
 
@@ -433,6 +440,7 @@ impl LlamaModel {
         let stream = self.stream.clone();
         let (n, op) = self.stage(rows)?;
         op.on(&stream).await?;
+        self.commit(rows);
         self.read_next(n)
     }
 
@@ -444,9 +452,6 @@ impl LlamaModel {
     pub fn step_eager(&mut self, rows: &[Row]) -> Result<Vec<u32>> {
         let batch = self.check_rows(rows)?;
         self.ensure(batch)?;
-        for r in rows {
-            self.filled[r.slot as usize] = r.position + 1;
-        }
         self.last_rows = Some((batch, rows.len()));
         let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, gemv, stream, buckets, .. } = self;
         let b = buckets.get_mut(&batch).ok_or_else(|| misuse("bucket vanished".into()))?;
@@ -457,7 +462,9 @@ impl LlamaModel {
         DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut b.buf, blas, kernels, gemv: *gemv }
             .sync_on(stream)?;
         b.out_next.copy_from_device_async(stream, &b.buf.next)?;
-        Ok(b.out_next.as_slice()?[..rows.len()].to_vec())
+        let next = b.out_next.as_slice()?[..rows.len()].to_vec();
+        self.commit(rows);
+        Ok(next)
     }
 
     /// The logits (`f32`, `[rows][vocab]`) of the last step's rows.

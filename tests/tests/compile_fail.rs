@@ -25,6 +25,9 @@ fn compile_fail() {
         "graph_output_borrow",
         "graph_set_param_wrong_type",
         "graph_add_host_requires_unsafe",
+        "launch_overlapped_requires_unsafe",
+        "rope_attention_requires_unsafe",
+        "gemv_output_aliases_input",
     ] {
         t.compile_fail(format!("ui/{case}.rs"));
     }

@@ -21,8 +21,9 @@ struct State {
     issued: Vec<u64>,
     /// Collectives issued by some ranks but not all yet: (sequence number, what, ranks so far).
     pending: VecDeque<(u64, Desc, usize)>,
-    /// The thread that last issued a per-rank collective on each rank.
-    owners: Vec<Option<ThreadId>>,
+    /// Every thread that has issued a per-rank collective on each rank (not only the last one:
+    /// thread A on rank 0, then B on rank 0, must still keep A off rank 1).
+    owners: Vec<Vec<ThreadId>>,
     /// Set once NCCL failed part-way: the ranks' sequences can no longer be trusted.
     poisoned: Option<String>,
 }
@@ -35,7 +36,7 @@ pub(super) struct Matching {
 
 impl Matching {
     pub(super) fn new(n: usize) -> Matching {
-        let state = State { issued: vec![0; n], owners: vec![None; n], ..State::default() };
+        let state = State { issued: vec![0; n], owners: vec![Vec::new(); n], ..State::default() };
         Matching { n, state: Mutex::new(state) }
     }
 
@@ -52,14 +53,16 @@ impl Matching {
         }
         let me = std::thread::current().id();
         let mut st = self.lock();
-        if let Some(other) = st.owners.iter().enumerate().position(|(r, t)| r != rank && *t == Some(me)) {
+        if let Some(other) = st.owners.iter().enumerate().position(|(r, ts)| r != rank && ts.contains(&me)) {
             return Err(Error::InvalidArgument(format!(
                 "this thread already issued a collective on rank {other} of this communicator group; \
                  issuing rank {rank} from the same thread could block forever: use one thread per rank, \
                  or cuda_core::nccl::grouped"
             )));
         }
-        st.owners[rank] = Some(me);
+        if !st.owners[rank].contains(&me) {
+            st.owners[rank].push(me);
+        }
         Ok(())
     }
 
@@ -134,6 +137,9 @@ mod tests {
         m.claim_thread(0).unwrap();
         assert!(m.claim_thread(1).is_err());
         std::thread::scope(|s| s.spawn(|| m.claim_thread(1).unwrap()).join().unwrap());
+        // Another thread taking over rank 0 does not clear this thread's claim on it.
+        std::thread::scope(|s| s.spawn(|| m.claim_thread(0).unwrap()).join().unwrap());
+        assert!(m.claim_thread(1).is_err());
         let single = Matching::new(1);
         single.claim_thread(0).unwrap();
     }

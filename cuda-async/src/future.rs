@@ -1,9 +1,10 @@
 //! `DeviceFuture`: an op as a Rust future that never blocks the executor thread.
 //!
 //! The first poll takes the execution lock, picks the stream, executes the op (enqueueing its
-//! work), and then, for at most the spin budget (default 5 µs, [`scheduling::set_await_spin`]),
-//! queries an event behind the work: tiny ops finish within it and resolve on the first poll with
-//! no cross-thread wake-up. Otherwise it hands that event to the completion engine
+//! work), and then, for at most the spin budget of the [`AwaitSpin`](scheduling::AwaitSpin) policy
+//! (5 µs by default, longer for a lone awaiter whose ops are predicted to finish within 100 µs,
+//! none while other awaits of the device are pending), queries an event behind the work: such ops
+//! resolve on the first poll with no cross-thread wake-up. Otherwise it hands that event to the completion engine
 //! (`crate::engine`), whose library-owned thread completes a lock-free
 //! [`Completion`](crate::completion::Completion) when the work has finished — or failed — and wakes
 //! the task from there (never from a driver callback). No thread is spawned per op and no executor
@@ -15,10 +16,11 @@
 //! reference to the completion, so it completes an orphaned completion harmlessly.
 
 use crate::completion::Completion;
+use crate::engine::Wait;
 use crate::error::{DeviceError, Result};
 use crate::lock::execute_locked;
 use crate::op::{DeviceOp, Op};
-use crate::scheduling::{self, SchedulingPolicy};
+use crate::scheduling::{self, await_spin_policy, SchedulingPolicy};
 use cuda_core::{Event, Stream, StreamStatus};
 use std::future::Future;
 use std::pin::Pin;
@@ -34,10 +36,24 @@ enum Target {
 
 enum State<O: DeviceOp> {
     NotSubmitted(O, Target),
-    Submitted(O::Output, Arc<Completion>),
+    /// Handed to the completion engine; `Solo` if the device had no other pending awaits then.
+    Submitted(O::Output, Arc<Completion>, Option<Solo>),
     /// Completed within the spin budget of the first poll (transient, never stored).
     Ready(O::Output),
     Finished,
+}
+
+/// An await submitted while its device had no other pending awaits: its duration (submission to
+/// observed completion) becomes the engine's prediction for the first-poll spin policy.
+struct Solo {
+    engine: &'static crate::engine::Engine,
+    start: Instant,
+}
+
+impl Solo {
+    fn record(&self) {
+        self.engine.record_solo(self.start.elapsed());
+    }
 }
 
 /// A future that runs an op and resolves to its output once the op's GPU work has completed.
@@ -69,7 +85,7 @@ impl<O: DeviceOp> DeviceFuture<O> {
     }
 
     /// Executes the op; then waits on the executor thread for at most the spin budget (see
-    /// [`scheduling::set_await_spin`]) and otherwise queues the completion callback.
+    /// [`scheduling::AwaitSpin`]) and otherwise hands the op to the completion engine.
     fn submit(op: O, target: Target) -> Result<State<O>> {
         let stream = match target {
             Target::Default => scheduling::default_policy()?.next_stream()?,
@@ -82,14 +98,40 @@ impl<O: DeviceOp> DeviceFuture<O> {
         }
         let output =
             execute_locked(op, &stream, "an op future was first polled inside another op's execution")?;
-        let ev = Event::pooled(stream.device())?;
-        ev.record(&stream)?;
-        let budget = scheduling::await_spin();
+        let ordinal = stream.device().ordinal();
+        let engine = crate::engine::engine(ordinal);
+        // A progress mark behind the work where the engine can watch marks (one load per check,
+        // no driver call); otherwise, or if marking fails, an event.
+        let marks = scheduling::completion_policy().marks;
+        let mark = engine.filter(|e| marks && e.uses_marks()).and_then(|_| stream.mark_progress().ok());
+        let wait = match mark {
+            Some(mark) => Wait::Mark(mark),
+            None => {
+                let ev = Event::pooled(stream.device())?;
+                ev.record(&stream)?;
+                Wait::Event(ev)
+            }
+        };
+        let start = Instant::now();
+        let policy = await_spin_policy();
+        // The spin policy's inputs: how many other awaited ops of the device are pending, and how
+        // long the last uncontended one took. Without an engine (its thread could not start) the
+        // op is waited for on this thread anyway, so there is nothing to predict.
+        let (others, predicted) = engine.map_or((0, None), |e| (e.pending(), e.predicted()));
+        // Only an await that had the device to itself is a fair prediction for the next one.
+        let solo = engine.filter(|_| others == 0).map(|e| Solo { engine: e, start });
+        let budget = policy.budget(others, predicted);
         if !budget.is_zero() {
-            let start = Instant::now();
             loop {
-                if ev.query().map_err(DeviceError::Async)? {
-                    return Ok(State::Ready(output));
+                match wait.poll() {
+                    Ok(true) => {
+                        if let Some(solo) = &solo {
+                            solo.record();
+                        }
+                        return Ok(State::Ready(output));
+                    }
+                    Ok(false) => {}
+                    Err(code) => return Err(DeviceError::Async(async_error(code))),
                 }
                 if start.elapsed() >= budget {
                     break;
@@ -98,8 +140,8 @@ impl<O: DeviceOp> DeviceFuture<O> {
             }
         }
         let completion = Completion::new();
-        crate::engine::watch(ev, completion.clone());
-        Ok(State::Submitted(output, completion))
+        crate::engine::watch(&stream, wait, completion.clone());
+        Ok(State::Submitted(output, completion, solo))
     }
 }
 
@@ -118,25 +160,34 @@ impl<O: DeviceOp> Future for DeviceFuture<O> {
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }
-        let State::Submitted(_, completion) = &this.state else {
+        let State::Submitted(_, completion, _) = &this.state else {
             return Poll::Ready(Err(DeviceError::Misuse("DeviceFuture polled after completion".into())));
         };
         if completion.poll_complete(cx).is_pending() {
             return Poll::Pending;
         }
-        let State::Submitted(out, completion) = std::mem::replace(&mut this.state, State::Finished) else {
+        let State::Submitted(out, completion, solo) = std::mem::replace(&mut this.state, State::Finished)
+        else {
             return Poll::Pending;
         };
         match completion.status() {
-            0 => Poll::Ready(Ok(out)),
-            code => Poll::Ready(Err(DeviceError::Async(
-                StreamStatus::from_code(code)
-                    .into_result("running an awaited op's GPU work")
-                    .err()
-                    .unwrap_or(cuda_core::Error::InvalidArgument("unknown asynchronous failure".into())),
-            ))),
+            0 => {
+                if let Some(solo) = solo {
+                    solo.record();
+                }
+                Poll::Ready(Ok(out))
+            }
+            code => Poll::Ready(Err(DeviceError::Async(async_error(code)))),
         }
     }
+}
+
+/// The error of an awaited op whose GPU work failed with driver error `code`.
+fn async_error(code: u32) -> cuda_core::Error {
+    StreamStatus::from_code(code)
+        .into_result("running an awaited op's GPU work")
+        .err()
+        .unwrap_or(cuda_core::Error::InvalidArgument("unknown asynchronous failure".into()))
 }
 
 impl<T: DeviceOp> std::future::IntoFuture for Op<T> {

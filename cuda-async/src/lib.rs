@@ -19,6 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod args;
+mod await_spin;
 pub mod combinators;
 pub(crate) mod completion;
 mod context;

@@ -14,7 +14,7 @@
 use crate::error::{DeviceError, Result};
 use cuda_core::{Device, Stream};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -133,26 +133,25 @@ pub fn default_policy() -> Result<Arc<dyn SchedulingPolicy>> {
     policy_for(DEFAULT_DEVICE.load(Ordering::Acquire))
 }
 
-/// The default spin budget of a future's first poll.
+pub use crate::await_spin::{
+    await_spin, await_spin_policy, set_await_spin, set_await_spin_policy, AwaitSpin,
+};
+
+/// The default [`AwaitSpin::base`]: the spin of a first poll with no usable prediction.
 pub const DEFAULT_AWAIT_SPIN: Duration = Duration::from_micros(5);
-static AWAIT_SPIN_NS: AtomicU64 = AtomicU64::new(DEFAULT_AWAIT_SPIN.as_nanos() as u64);
 
-/// Sets how long the first poll of an op's future may spin on the executor thread, querying an
-/// event, before it hands the event to the completion engine and returns `Pending`. Work that
-/// finishes within the budget resolves without any cross-thread wake-up. Zero disables the spin.
-/// Values above 50 µs are clamped to 50 µs: an executor thread must never be held for long.
-pub fn set_await_spin(budget: Duration) {
-    let ns = budget.min(Duration::from_micros(50)).as_nanos() as u64;
-    AWAIT_SPIN_NS.store(ns, Ordering::Relaxed);
-}
-
-/// The current spin budget (see [`set_await_spin`]).
-pub fn await_spin() -> Duration {
-    Duration::from_nanos(AWAIT_SPIN_NS.load(Ordering::Relaxed))
-}
-
-/// How the completion engine (one library-owned thread per device that polls the events of
-/// pending awaited ops and wakes their tasks) trades CPU time for wake-up latency.
+/// How the completion engine (one library-owned thread per device that checks the pending
+/// awaited ops and wakes their tasks) learns of completions and trades CPU time for wake-up
+/// latency.
+///
+/// ```
+/// use cuda_async::scheduling::{completion_policy, set_completion_policy, CompletionPolicy};
+/// use std::time::Duration;
+/// // Two engine threads, each checking half of the streams, and events instead of marks.
+/// set_completion_policy(CompletionPolicy { engines: 2, marks: false, ..CompletionPolicy::default() });
+/// assert_eq!(completion_policy().engines, 2);
+/// set_completion_policy(CompletionPolicy::default());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompletionPolicy {
     /// After the last completion it saw, the engine polls continuously (yielding between sweeps)
@@ -161,21 +160,41 @@ pub struct CompletionPolicy {
     /// Past the hot window it sleeps between sweeps, doubling from 20 µs up to this (new work
     /// wakes it at once).
     pub max_nap: Duration,
+    /// Engine threads per device (1 to [`MAX_ENGINES`]; default 1). Each watches the ops of the
+    /// streams hashed to it, so more threads check more pending ops per microsecond.
+    pub engines: usize,
+    /// Whether awaited ops end with a stream progress mark (one load per check, no driver call;
+    /// the default where the device supports it) or an event (one `cuEventQuery` per check).
+    pub marks: bool,
 }
 
 impl Default for CompletionPolicy {
     fn default() -> Self {
-        CompletionPolicy { hot: Duration::from_millis(2), max_nap: Duration::from_micros(500) }
+        CompletionPolicy {
+            hot: Duration::from_millis(2),
+            max_nap: Duration::from_micros(500),
+            engines: 1,
+            marks: true,
+        }
     }
 }
 
+/// The most engine threads per device ([`CompletionPolicy::engines`]).
+pub const MAX_ENGINES: usize = 8;
+
 static HOT_NS: AtomicU64 = AtomicU64::new(2_000_000);
 static MAX_NAP_NS: AtomicU64 = AtomicU64::new(500_000);
+static NO_MARKS: AtomicBool = AtomicBool::new(false);
+static ENGINES: AtomicUsize = AtomicUsize::new(1);
 
-/// Sets the completion engine's policy (every device's engine; takes effect at its next sweep).
+/// Sets the completion engine's policy (every device's engine; takes effect at its next sweep,
+/// and for `engines` and `marks` at the next awaited op). `max_nap` is at least 20 µs; `engines`
+/// is clamped to 1..=[`MAX_ENGINES`] (threads once started keep running).
 pub fn set_completion_policy(policy: CompletionPolicy) {
     HOT_NS.store(policy.hot.as_nanos() as u64, Ordering::Relaxed);
     MAX_NAP_NS.store(policy.max_nap.max(Duration::from_micros(20)).as_nanos() as u64, Ordering::Relaxed);
+    NO_MARKS.store(!policy.marks, Ordering::Relaxed);
+    ENGINES.store(policy.engines.clamp(1, MAX_ENGINES), Ordering::Relaxed);
 }
 
 /// The completion engine's current policy (see [`set_completion_policy`]).
@@ -183,5 +202,7 @@ pub fn completion_policy() -> CompletionPolicy {
     CompletionPolicy {
         hot: Duration::from_nanos(HOT_NS.load(Ordering::Relaxed)),
         max_nap: Duration::from_nanos(MAX_NAP_NS.load(Ordering::Relaxed)),
+        engines: ENGINES.load(Ordering::Relaxed),
+        marks: !NO_MARKS.load(Ordering::Relaxed),
     }
 }

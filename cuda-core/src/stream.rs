@@ -14,15 +14,18 @@ use crate::capture::StreamState;
 use crate::device::Device;
 use crate::error::{check, Error, Result};
 use crate::event::Event;
+use crate::progress::{ProgressMark, Slot};
 use cudarc::driver::sys;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 struct StreamInner {
     device: Device,
     raw: sys::CUstream,
     /// The enqueue lock and the capture state it guards (see the module docs).
     state: Mutex<StreamState>,
+    /// The progress counter, made on the first [`Stream::mark_progress`].
+    progress: OnceLock<Slot>,
 }
 
 // SAFETY: a CUstream may be used from any thread; the driver serialises enqueues internally.
@@ -153,7 +156,12 @@ impl Stream {
         // SAFETY: valid out-pointer; context bound.
         check(unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags, priority) }, "creating a stream")?;
         Ok(Stream {
-            inner: Arc::new(StreamInner { device: *device, raw, state: Mutex::new(StreamState::default()) }),
+            inner: Arc::new(StreamInner {
+                device: *device,
+                raw,
+                state: Mutex::new(StreamState::default()),
+                progress: OnceLock::new(),
+            }),
         })
     }
 
@@ -225,6 +233,41 @@ impl Stream {
             sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
             e => Err(Error::driver(e, "querying a stream")),
         }
+    }
+
+    /// Queues a write of this stream's next progress number and returns the [`ProgressMark`] that
+    /// is reached once all work queued on the stream before this call has completed. Checking the
+    /// mark is one atomic load (no driver call); see [`crate::progress`] for why it can be
+    /// trusted, and why a mark alone cannot report a fault.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, Stream};
+    /// let s = Stream::new(&Device::new(0)?)?;
+    /// let mark = s.mark_progress()?; // nothing queued before it: reached almost at once
+    /// s.synchronize()?;
+    /// assert!(mark.is_reached());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Capture`] while the stream is being captured (a captured write would be replayed
+    /// with an old number); [`Error::InvalidArgument`] where the device cannot write values from a
+    /// stream; driver errors.
+    pub fn mark_progress(&self) -> Result<ProgressMark> {
+        let slot = match self.inner.progress.get() {
+            Some(slot) => slot,
+            None => {
+                // A racing thread's slot wins; ours goes back to the pool.
+                let _ = self.inner.progress.set(Slot::new(&self.inner.device)?);
+                self.inner.progress.get().ok_or(Error::InvalidArgument("progress slot missing".into()))?
+            }
+        };
+        self.inner.device.bind()?;
+        let state = self.lock();
+        crate::capture::refuse_if_capturing(&state, "marking progress on a stream that is being captured")?;
+        // SAFETY: our live stream, its context bound, its enqueue lock held and not capturing.
+        unsafe { slot.issue(self.inner.raw) }
     }
 
     /// Makes all work queued on this stream after this call wait until `event` has completed.

@@ -22,6 +22,9 @@ pub fn gpu_status() -> Result<usize, String> {
     cuda_core::gpu_available().map_err(|e| e.to_string())
 }
 
+/// Held shared by every GPU test, exclusively by [`Suite::gpu_alone`] ones.
+static ALONE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 /// A list of tests to run with [`Suite::run`].
 #[derive(Default)]
 pub struct Suite {
@@ -45,8 +48,24 @@ impl Suite {
     /// `SKIPPED (needs n GPUs, found N)` and is reported as **ignored**, never as passed; with none,
     /// it is treated like every GPU test.
     pub fn gpus(&mut self, n: usize, name: &str, f: fn() -> TestResult) -> &mut Self {
-        self.trials.push(Trial::test(name, f).with_kind("gpu"));
+        let shared = move || {
+            let _others_may_run = ALONE.read().unwrap_or_else(|p| p.into_inner());
+            f()
+        };
+        self.trials.push(Trial::test(name, shared).with_kind("gpu"));
         self.needs.push(n.max(1));
+        self
+    }
+
+    /// Adds a GPU test that runs while no other test of this suite runs (the harness runs tests on
+    /// several threads): for tests that measure process-wide state, such as the memory in use.
+    pub fn gpu_alone(&mut self, name: &str, f: fn() -> TestResult) -> &mut Self {
+        let alone = move || {
+            let _alone = ALONE.write().unwrap_or_else(|p| p.into_inner());
+            f()
+        };
+        self.trials.push(Trial::test(name, alone).with_kind("gpu"));
+        self.needs.push(1);
         self
     }
 

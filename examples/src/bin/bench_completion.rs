@@ -182,27 +182,62 @@ fn main() -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     dev.synchronize()?;
 
-    for poll in [false, true] {
+    use cuda_async::scheduling::{set_await_spin_policy, set_completion_policy, AwaitSpin, CompletionPolicy};
+    use std::time::Duration;
+    // F1 and F2 with the default policies; then F1 with one knob changed at a time, to show where
+    // the framework's CPU time goes: the spin of earlier versions (5 us on every first poll,
+    // however many ops are pending), progress marks against events, 1, 2 or 4 engine threads,
+    // and a tokio runtime with 4 workers instead of one per core.
+    let rt4 = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
+    let always_spin = AwaitSpin { busy: 0, adaptive_max: Duration::ZERO, ..AwaitSpin::default() };
+    let policy =
+        |marks: bool, engines: usize| CompletionPolicy { marks, engines, ..CompletionPolicy::default() };
+    let spin = AwaitSpin::default();
+    let dflt = (spin, CompletionPolicy::default());
+    for (poll, (spin, completion), workers, label) in [
+        (false, dflt, 0, ""),
+        (true, dflt, 0, ""),
+        (false, (always_spin, CompletionPolicy::default()), 0, ", always spinning 5 us"),
+        (false, (spin, policy(false, 1)), 0, ", events, 1 engine thread"),
+        (false, (spin, policy(false, 2)), 0, ", events, 2 engine threads"),
+        (false, (spin, policy(false, 4)), 0, ", events, 4 engine threads"),
+        (false, (spin, policy(true, 1)), 0, ", marks, 1 engine thread"),
+        (false, (spin, policy(true, 2)), 0, ", marks, 2 engine threads"),
+        (false, dflt, 4, ", 4 tokio workers"),
+    ] {
+        set_await_spin_policy(spin);
+        set_completion_policy(completion);
+        let rt = if workers == 4 { &rt4 } else { &rt };
         let name = if poll {
-            format!("F2 {t} tasks vs {t} raw threads polling events")
+            format!("F2 {t} tasks vs {t} raw threads polling events{label}")
         } else {
-            format!("F1 {t} tasks vs {t} raw threads, launch + synchronize")
+            format!("F1 {t} tasks vs {t} raw threads, launch + synchronize{label}")
         };
-        let case = Case::new(name, "us wall/op", t * k, || fw_tasks(&rt, &func, &mut tasks, k));
+        let mut split = ThreadCpu::default();
+        let case = Case::new(name, "us wall/op", t * k, || {
+            let before = ThreadCpu::read();
+            fw_tasks(rt, &func, &mut tasks, k)?;
+            split.add_since(&before, t * k);
+            Ok(())
+        });
         let case = case.raw(|| raw_threads(&dev, raw_tiny, &mut lanes, k, poll)).goal(Goal::MaxRatio(1.0));
         let row = run.run(case)?;
         let (cf, cr) = (row.framework_cpu.unwrap_or(f64::NAN), row.raw_cpu.unwrap_or(f64::NAN));
         let note = format!(
-            "each task awaits Tiny.on(its own stream); each raw thread {} on the same stream; throughput \
-             framework {:.0} ops/s vs raw {:.0} ops/s; CPU per op {cf:.2} vs {cr:.2} us = {:.3}x (goal <= 1.2x: {})",
+            "{spin:?}; {completion:?}; each task awaits Tiny.on(its own stream); each raw thread {} on the \
+             same stream; throughput framework {:.0} ops/s vs raw {:.0} ops/s; CPU per op {cf:.2} vs {cr:.2} us \
+             = {:.3}x (goal <= 1.2x: {}); framework CPU by thread (mean over samples): {}",
             if poll { "launches, records an event and spins on cuEventQuery" } else { "launches and calls cuStreamSynchronize" },
             1e6 / row.framework,
             1e6 / row.raw.unwrap_or(f64::NAN),
             cf / cr,
-            if cf / cr <= 1.2 { "met" } else { "MISSED" }
+            if cf / cr <= 1.2 { "met" } else { "MISSED" },
+            split.summary()
         );
         run.report.rows.last_mut().expect("just run").note = note;
     }
+    set_completion_policy(CompletionPolicy::default());
+    set_await_spin_policy(AwaitSpin::default());
 
     // F3: one ~50 µs kernel, awaited vs raw launch + synchronize.
     let spin_img = cuda_core::nvrtc::KernelCache::memory_only().compile(&dev, "spin.cu", SPIN_SRC, &[])?;
@@ -220,34 +255,84 @@ fn main() -> Result<()> {
     let (mut fw_spins, mut raw_spins) = (0u64, 0u64);
     let rt1 = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let n = a.roundtrips;
-    let case = Case::new(format!("F3 await a {} us kernel", a.spin_us), "us/iter", n, || {
-        rt1.block_on(async {
+    let no_prediction = AwaitSpin { adaptive_max: std::time::Duration::ZERO, ..AwaitSpin::default() };
+    for (policy, label) in [(AwaitSpin::default(), ""), (no_prediction, ", no predicted spin (hand-off)")] {
+        set_await_spin_policy(policy);
+        let case = Case::new(format!("F3 await a {} us kernel{label}", a.spin_us), "us/iter", n, || {
+            rt1.block_on(async {
+                for _ in 0..n {
+                    SpinOp { f: &spin_fn, buf: &mut spin_buf, ns, cfg: one }.into_op().on(&s).await?;
+                }
+                Ok::<_, anyhow::Error>(())
+            })?;
+            fw_spins += n as u64;
+            Ok(())
+        });
+        let case = case.raw(|| {
             for _ in 0..n {
-                SpinOp { f: &spin_fn, buf: &mut spin_buf, ns, cfg: one }.into_op().on(&s).await?;
+                let (mut x, mut t) = (raw_spin_buf, ns);
+                let mut params: [*mut c_void; 2] = [(&mut x as *mut u64).cast(), (&mut t as *mut u64).cast()];
+                // SAFETY: `spin(u64*, u64)` with pointers to values of those types; it writes x[0] of
+                // our 8-byte allocation.
+                unsafe { cu::launch_kernel(raw_spin, (1, 1, 1), (32, 1, 1), 0, raw_stream, &mut params) }
+                    .context("cuLaunchKernel")?;
+                // SAFETY: our live stream.
+                unsafe { cu::stream::synchronize(raw_stream) }.context("cuStreamSynchronize")?;
             }
-            Ok::<_, anyhow::Error>(())
-        })?;
-        fw_spins += n as u64;
-        Ok(())
-    });
-    let case = case.raw(|| {
-        for _ in 0..n {
-            let (mut x, mut t) = (raw_spin_buf, ns);
-            let mut params: [*mut c_void; 2] = [(&mut x as *mut u64).cast(), (&mut t as *mut u64).cast()];
-            // SAFETY: `spin(u64*, u64)` with pointers to values of those types; it writes x[0] of
-            // our 8-byte allocation.
-            unsafe { cu::launch_kernel(raw_spin, (1, 1, 1), (32, 1, 1), 0, raw_stream, &mut params) }
-                .context("cuLaunchKernel")?;
+            raw_spins += n as u64;
+            Ok(())
+        });
+        run.run(case.goal(Goal::MaxExtra(2.0)).note(format!(
+            "spin policy {policy:?}; current-thread tokio runtime, op.on(&stream).await (first-poll spin, then the \
+             completion engine) vs cuLaunchKernel + cuStreamSynchronize of the same kernel; goal: framework <= raw + 2 us"
+        )))?;
+    }
+    set_await_spin_policy(AwaitSpin::default());
+
+    // C0 (diagnostic): the host cost of one call of each way to mark the end of work, on one
+    // thread, 500 calls between synchronizations (not timed), median of 9 batches.
+    let host_cost = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        let mut per = Vec::new();
+        for _ in 0..10 {
+            let t0 = std::time::Instant::now();
+            for _ in 0..500 {
+                f()?;
+            }
+            per.push(t0.elapsed().as_secs_f64() * 1e6 / 500.0);
             // SAFETY: our live stream.
             unsafe { cu::stream::synchronize(raw_stream) }.context("cuStreamSynchronize")?;
         }
-        raw_spins += n as u64;
+        per.remove(0);
+        per.sort_by(f64::total_cmp);
+        Ok(per[per.len() / 2])
+    };
+    let ev = cu::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).context("cuEventCreate")?;
+    // SAFETY: a fresh 8-byte allocation (the target of the timed writes), freed below.
+    let target = unsafe { cu::malloc_sync(8) }.context("cuMemAlloc")?;
+    // SAFETY: our live event and stream.
+    let record = host_cost(&mut || unsafe { cu::event::record(ev, raw_stream) }.context("cuEventRecord"))?;
+    let write = host_cost(&mut || {
+        // SAFETY: our live stream; an 8-byte aligned device allocation of 8 bytes.
+        let r = unsafe { sys::cuStreamWriteValue64_v2(raw_stream, target, 7, 0) };
+        anyhow::ensure!(r == sys::CUresult::CUDA_SUCCESS, "cuStreamWriteValue64: {r:?}");
         Ok(())
-    });
-    run.run(case.goal(Goal::MaxExtra(2.0)).note(
-        "current-thread tokio runtime, op.on(&stream).await (first-poll spin, then the completion engine) vs \
-         cuLaunchKernel + cuStreamSynchronize of the same kernel; goal: framework <= raw + 2 us",
-    ))?;
+    })?;
+    let mark = host_cost(&mut || {
+        s.mark_progress()?;
+        Ok(())
+    })?;
+    // SAFETY: our event and allocation, idle (the stream was synchronized).
+    unsafe {
+        cu::event::destroy(ev).context("cuEventDestroy")?;
+        cu::free_sync(target).context("cuMemFree")?;
+    }
+    run.report.meta(
+        "c0_host_cost_us",
+        format!(
+            "cuEventRecord {record:.3}, cuStreamWriteValue64 {write:.3}, Stream::mark_progress {mark:.3}"
+        ),
+    );
+    s.synchronize()?;
 
     let mut check = Checker::new(&init);
     let correctness = (|| -> Result<String> {
@@ -292,6 +377,51 @@ fn raw_load(image: &[u8], name: &str) -> Result<(sys::CUmodule, sys::CUfunction)
     // SAFETY: a live module; a NUL-terminated name.
     let f = unsafe { cu::module::get_function(module, cname) }.context("cuModuleGetFunction")?;
     Ok((module, f))
+}
+
+/// CPU time per thread name (from `/proc/self/task/*/schedstat`, nanoseconds), to split the
+/// framework's CPU per op between the completion engine, the tokio workers and the rest.
+#[derive(Default)]
+struct ThreadCpu {
+    ns: std::collections::BTreeMap<String, u64>,
+    ops: usize,
+}
+
+impl ThreadCpu {
+    /// Run time of every live thread of this process, by thread name (empty where /proc is not).
+    fn read() -> ThreadCpu {
+        let mut ns = std::collections::BTreeMap::new();
+        for task in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+            let p = task.path();
+            let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default().trim().to_string();
+            let run: u64 = std::fs::read_to_string(p.join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+                .unwrap_or(0);
+            *ns.entry(name).or_insert(0) += run;
+        }
+        ThreadCpu { ns, ops: 0 }
+    }
+
+    /// Adds the run time threads spent since `before` (threads that ended meanwhile are lost).
+    fn add_since(&mut self, before: &ThreadCpu, ops: usize) {
+        for (name, now) in Self::read().ns {
+            let d = now.saturating_sub(before.ns.get(&name).copied().unwrap_or(0));
+            *self.ns.entry(name).or_insert(0) += d;
+        }
+        self.ops += ops;
+    }
+
+    fn summary(&self) -> String {
+        let ops = self.ops.max(1) as f64;
+        let parts: Vec<String> = self
+            .ns
+            .iter()
+            .filter(|(_, &ns)| ns as f64 / ops >= 0.05e3)
+            .map(|(name, &ns)| format!("{name} {:.2} us/op", ns as f64 / 1e3 / ops))
+            .collect();
+        parts.join(", ")
+    }
 }
 
 /// One launch of the spin kernel as an op.

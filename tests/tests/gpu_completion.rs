@@ -1,0 +1,233 @@
+//! GPU suite for the completion path of awaited ops: stream progress marks (`cuda_core::progress`),
+//! the completion engine that watches them, and what happens when awaited work faults.
+
+use cuda_async::scheduling::{set_await_spin_policy, AwaitSpin};
+use cuda_async::{DeviceError, DeviceOp, DeviceOpExt, ExecutionContext};
+use cuda_async_tests::ops::SpinWrite;
+use cuda_async_tests::{ensure, Suite, TestResult};
+use cuda_core::{Device, DeviceBuffer, Event, LaunchConfig, Stream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn dev() -> Result<Device, cuda_core::Error> {
+    Device::new(0)
+}
+
+/// A mark is reached exactly when the work queued before it has completed, marks of one stream are
+/// reached in order, a mark stays valid after its stream is gone, and a slot whose write is still
+/// in flight is not handed to a new stream (the new stream's writes would make the old mark look
+/// reached early).
+fn progress_marks() -> TestResult {
+    let d = dev()?;
+    let a = Stream::new(&d)?;
+    let mut buf = DeviceBuffer::<f32>::zeros(&a, 1024)?;
+    a.synchronize()?;
+    let m0 = a.mark_progress()?;
+    let start = Instant::now();
+    spin_write(&a, &mut buf, 2_000_000_000, 1.0)?;
+    let m1 = a.mark_progress()?;
+    spin_write(&a, &mut buf, 20_000_000, 2.0)?;
+    let m2 = a.mark_progress()?;
+    ensure(m0.slot_id() == m1.slot_id() && m1.seq() < m2.seq(), "one slot per stream, numbers increase")?;
+    std::thread::sleep(Duration::from_millis(5));
+    ensure(m0.is_reached(), "a mark with nothing before it is reached")?;
+    // Drop the stream while its writes are in flight; new streams must get other slots (the free
+    // list is last-in first-out, so a slot given back too early would be the next one handed out).
+    drop(a);
+    let others: Vec<Stream> = (0..8).map(|_| Stream::new(&d)).collect::<Result<_, _>>()?;
+    for s in &others {
+        let m = s.mark_progress()?;
+        ensure(m.slot_id() != m1.slot_id(), "a slot with writes in flight was handed to a new stream")?;
+        s.synchronize()?;
+    }
+    // Only meaningful while the 2 s kernel surely runs (a slow host could take longer to get here).
+    if start.elapsed() < Duration::from_millis(1500) {
+        ensure(!m1.is_reached() && !m2.is_reached(), "marks behind a running kernel are reached")?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !m2.is_reached() {
+        ensure(Instant::now() < deadline, "mark never reached")?;
+        ensure(m1.is_reached() || !m2.is_reached(), "marks of one stream reached out of order")?;
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    ensure(
+        m1.is_reached() && start.elapsed() >= Duration::from_millis(1900),
+        "reached before the kernel ended",
+    )?;
+    ensure(buf.to_vec()?.iter().all(|&v| v == 2.0), "the kernels ran")?;
+    // More streams alive at once than one page of slots holds: no two share a slot.
+    let many: Vec<Stream> = (0..600).map(|_| Stream::new(&d)).collect::<Result<_, _>>()?;
+    let mut ids = std::collections::HashSet::new();
+    for s in &many {
+        ensure(ids.insert(s.mark_progress()?.slot_id()), "two live streams share a slot")?;
+    }
+    // Marking is refused on a stream that is being captured (a replay would write old numbers).
+    let c = Stream::new(&d)?;
+    c.begin_capture(cuda_core::CaptureMode::ThreadLocal)?;
+    let refused = c.mark_progress();
+    drop(c.end_capture()?);
+    ensure(matches!(refused, Err(cuda_core::Error::Capture(_))), format!("capture: {refused:?}"))
+}
+
+/// Queues a kernel that runs for `ns` nanoseconds and then sets `buf` to `v`, without waiting.
+fn spin_write(s: &Stream, buf: &mut DeviceBuffer<f32>, ns: u64, v: f32) -> TestResult {
+    let k = spin_kernel(s.device())?;
+    let n = buf.len();
+    let cfg = LaunchConfig::for_elements(n, 256);
+    // SAFETY: matches spin_then_set(float*, u64, u64, float); writes out[0..n] of `buf` only.
+    unsafe { k.launch(s, cfg, (buf, n as u64, ns, v))? };
+    Ok(())
+}
+
+fn spin_kernel(d: &Device) -> cuda_core::Result<&'static cuda_core::Function> {
+    static K: cuda_core::PerDevice<cuda_core::Function> = cuda_core::PerDevice::new();
+    K.get_or_try_init(d, || d.compile_module("spin_then_set.cu", SPIN_SRC, &[])?.function("spin_then_set"))
+}
+
+const SPIN_SRC: &str = r#"extern "C" __global__ void spin_then_set(float* out, unsigned long long n,
+                                                     unsigned long long ns, float v) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    now = start;
+    while (now - start < ns) { __nanosleep(1000); asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); }
+    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = v;
+}"#;
+
+/// Launches a slow kernel and records an event behind it; yields the event. An awaited op that
+/// resolved before its kernel finished would see that event incomplete.
+struct SlowThenEvent<'a> {
+    buf: &'a mut DeviceBuffer<f32>,
+    ns: u64,
+}
+
+impl DeviceOp for SlowThenEvent<'_> {
+    type Output = Event;
+    fn execute(self, ctx: &ExecutionContext<'_>) -> cuda_async::Result<Event> {
+        SpinWrite { buf: &mut *self.buf, ns: self.ns, v: 1.0 }.execute(ctx)?;
+        let ev = Event::new(ctx.device(), false)?;
+        ev.record(ctx.stream())?;
+        Ok(ev)
+    }
+}
+
+/// Many tasks awaiting slow kernels on a few shared streams, under every spin policy: each await
+/// resolves only once its own kernel has completed (the event behind it is done), never earlier.
+fn awaits_resolve_after_their_work() -> TestResult {
+    let d = dev()?;
+    let streams: Vec<Stream> = (0..3).map(|_| Stream::new(&d)).collect::<Result<_, _>>()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
+    let lone = AwaitSpin { busy: 0, ..AwaitSpin::default() };
+    for policy in [AwaitSpin::default(), AwaitSpin::NEVER, lone] {
+        set_await_spin_policy(policy);
+        let hs: Vec<_> = (0..24)
+            .map(|i| {
+                let s = streams[i % streams.len()].clone();
+                rt.spawn(async move {
+                    let mut buf = DeviceBuffer::<f32>::zeros(&s, 256)?;
+                    let mut late = 0;
+                    for k in 0..6u64 {
+                        let ev = SlowThenEvent { buf: &mut buf, ns: 200_000 + 150_000 * k }
+                            .into_op()
+                            .on(&s)
+                            .await?;
+                        late += usize::from(!ev.query()?);
+                    }
+                    Ok::<usize, DeviceError>(late)
+                })
+            })
+            .collect();
+        for h in hs {
+            let late = rt.block_on(h)??;
+            ensure(late == 0, format!("{policy:?}: {late} awaits resolved before their kernel finished"))?;
+        }
+    }
+    set_await_spin_policy(AwaitSpin::default());
+    Ok(())
+}
+
+const CHILD: &str = "CUDA_ASYNC_TEST_FAULT_CHILD";
+
+/// The part that faults, run in a child process (a fault ends the CUDA context for the whole
+/// process): awaits a kernel that traps, with a progress mark behind it. Prints `FAULT-OK` if the
+/// await returned an error, and a second await on another stream errs too.
+fn fault_child() -> TestResult {
+    let d = dev()?;
+    let m = d.compile_module(
+        "trap.cu",
+        r#"extern "C" __global__ void trap_now(int x) { if (x) asm volatile("trap;"); }"#,
+        &[],
+    )?;
+    let f = m.function("trap_now")?;
+    let s = Stream::new(&d)?;
+    let slow = Stream::new(&d)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        // An op pending on another stream when the fault hits: its mark is never written either.
+        let mut buf = DeviceBuffer::<f32>::zeros(&slow, 1 << 10)?;
+        let pending = SpinWrite { buf: &mut buf, ns: 300_000_000, v: 1.0 }.into_op().on(&slow);
+        let trap = Trap { f: &f }.into_op().on(&s);
+        // `pending` is polled first: its kernel is queued and its await handed to the engine before
+        // the trap is launched, so its progress mark is pending when the context dies.
+        let (b, a) = tokio::join!(pending, trap);
+        ensure(a.is_err(), format!("the trapping kernel's await: {a:?}"))?;
+        ensure(b.is_err(), "the other stream's pending await after the fault")?;
+        println!("FAULT-OK {}", a.err().map(|e| e.to_string()).unwrap_or_default());
+        Ok(())
+    })
+}
+
+struct Trap<'a> {
+    f: &'a cuda_core::Function,
+}
+
+impl DeviceOp for Trap<'_> {
+    type Output = ();
+    fn execute(self, ctx: &ExecutionContext<'_>) -> cuda_async::Result<()> {
+        let one = LaunchConfig { grid: (1, 1, 1), block: (1, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: `trap_now(int)` touches no memory; it aborts on purpose.
+        unsafe { self.f.launch(ctx.stream(), one, (1i32,))? };
+        Ok(())
+    }
+}
+
+/// A kernel that faults while awaited (with other awaits pending) makes those awaits return
+/// errors within seconds: no hang. Run in a child process, since the fault destroys the context.
+fn awaited_fault_is_an_error_not_a_hang() -> TestResult {
+    dev()?;
+    let exe = std::env::current_exe()?;
+    let mut child =
+        Command::new(exe).env(CHILD, "1").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if child.try_wait()?.is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err("the faulting child did not finish within 60 s: an await hung".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("child: {}{}", stdout.trim(), String::from_utf8_lossy(&out.stderr).trim());
+    ensure(out.status.success() && stdout.contains("FAULT-OK"), "the awaits of faulted work did not all fail")
+}
+
+fn main() {
+    if std::env::var(CHILD).is_ok_and(|v| v == "1") {
+        match fault_child() {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                eprintln!("fault child: {e:?}");
+                std::process::exit(1)
+            }
+        }
+    }
+    let mut s = Suite::new();
+    s.gpu("progress_marks", progress_marks)
+        .gpu("awaits_resolve_after_their_work", awaits_resolve_after_their_work)
+        .gpu("awaited_fault_is_an_error_not_a_hang", awaited_fault_is_an_error_not_a_hang);
+    s.run()
+}

@@ -1,12 +1,14 @@
 //! The completion engine: one library-owned thread per device that learns when awaited GPU work
 //! has finished, and wakes the waiting futures from there.
 //!
-//! A future that is still pending after its first poll hands what marks the end of its work — a
-//! stream progress mark ([`cuda_core::progress`]) where the device supports them, an event
-//! otherwise — and its [`Completion`] to the engine of its device. The engine thread
-//! (`cuda-async-completion`, started on first use) checks every pending op in each sweep — one
-//! atomic load per mark, one `cuEventQuery` per event — and completes those that finished, in a
-//! batch. **Wakers therefore run on this thread, never inside a CUDA driver callback**: a waker
+//! A future that is still pending after its first poll hands what marks the end of its work — an
+//! event, or a stream progress mark ([`cuda_core::progress`]) under
+//! [`CompletionPolicy::marks`](crate::scheduling::CompletionPolicy::marks) — and its
+//! [`Completion`] to the engine of its device. The engine's threads (`cuda-async-completion`,
+//! two per device by default, started on first use, each watching the streams hashed to it)
+//! check the pending ops in each sweep — one `cuEventQuery` per event, one atomic load per mark,
+//! and only the oldest unfinished op of each stream, since a stream's work finishes in order —
+//! and complete those that finished, in a batch. **Wakers therefore run on this thread, never inside a CUDA driver callback**: a waker
 //! (or the task it runs inline) may call CUDA, drop buffers, or block briefly without deadlocking
 //! the driver. No host-function callback is queued on the stream at all.
 //!
@@ -33,7 +35,7 @@ pub(crate) enum Wait {
     /// A stream progress mark: checked with one load per sweep. A mark is never reached if the
     /// work faulted, so the engine's fault probe covers it (see [`Engine::probe`]).
     Mark(ProgressMark),
-    /// An event behind the work, queried each sweep (devices without progress marks).
+    /// An event behind the work, queried each sweep (the default).
     Event(PooledEvent),
 }
 

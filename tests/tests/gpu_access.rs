@@ -317,13 +317,15 @@ fn staging_round_trips() -> TestResult {
 
 fn main() {
     let mut s = Suite::new();
-    s.gpu("readers_run_concurrently", readers_run_concurrently)
+    // The tests that time overlap run alone: another test's kernels can fill the GPU and
+    // serialise two kernels that would otherwise run side by side.
+    s.gpu_alone("readers_run_concurrently", readers_run_concurrently)
         .gpu("write_waits_for_every_reader", write_waits_for_every_reader)
         .gpu("read_waits_for_the_last_write", read_waits_for_the_last_write)
         .gpu("free_waits_for_a_reader_elsewhere", free_waits_for_a_reader_elsewhere)
-        .gpu("independent_buffers_overlap", independent_buffers_overlap)
+        .gpu_alone("independent_buffers_overlap", independent_buffers_overlap)
         .gpu("home_and_foreign_uses_mix", home_and_foreign_uses_mix)
-        .gpu("zip_concurrent_overlaps", zip_concurrent_overlaps)
+        .gpu_alone("zip_concurrent_overlaps", zip_concurrent_overlaps)
         .gpu("zip_concurrent_in_a_capture", zip_concurrent_in_a_capture)
         .gpu("staging_round_trips", staging_round_trips);
     s.run()

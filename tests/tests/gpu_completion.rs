@@ -1,7 +1,7 @@
 //! GPU suite for the completion path of awaited ops: stream progress marks (`cuda_core::progress`),
 //! the completion engine that watches them, and what happens when awaited work faults.
 
-use cuda_async::scheduling::{set_await_spin_policy, AwaitSpin};
+use cuda_async::scheduling::{set_await_spin_policy, set_completion_policy, AwaitSpin, CompletionPolicy};
 use cuda_async::{DeviceError, DeviceOp, DeviceOpExt, ExecutionContext};
 use cuda_async_tests::ops::SpinWrite;
 use cuda_async_tests::{ensure, Suite, TestResult};
@@ -118,8 +118,17 @@ fn awaits_resolve_after_their_work() -> TestResult {
     let streams: Vec<Stream> = (0..3).map(|_| Stream::new(&d)).collect::<Result<_, _>>()?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
     let lone = AwaitSpin { busy: 0, ..AwaitSpin::default() };
-    for policy in [AwaitSpin::default(), AwaitSpin::NEVER, lone] {
+    let completion = |marks, engines| CompletionPolicy { marks, engines, ..CompletionPolicy::default() };
+    let policies = [
+        (AwaitSpin::default(), completion(false, 2)),
+        (AwaitSpin::NEVER, completion(false, 1)),
+        (lone, completion(false, 4)),
+        (AwaitSpin::default(), completion(true, 2)),
+        (AwaitSpin::NEVER, completion(true, 1)),
+    ];
+    for (policy, completion) in policies {
         set_await_spin_policy(policy);
+        set_completion_policy(completion);
         let hs: Vec<_> = (0..24)
             .map(|i| {
                 let s = streams[i % streams.len()].clone();
@@ -139,9 +148,12 @@ fn awaits_resolve_after_their_work() -> TestResult {
             .collect();
         for h in hs {
             let late = rt.block_on(h)??;
-            ensure(late == 0, format!("{policy:?}: {late} awaits resolved before their kernel finished"))?;
+            let why =
+                format!("{policy:?}, {completion:?}: {late} awaits resolved before their kernel finished");
+            ensure(late == 0, why)?;
         }
     }
+    set_completion_policy(CompletionPolicy::default());
     set_await_spin_policy(AwaitSpin::default());
     Ok(())
 }
@@ -149,9 +161,15 @@ fn awaits_resolve_after_their_work() -> TestResult {
 const CHILD: &str = "CUDA_ASYNC_TEST_FAULT_CHILD";
 
 /// The part that faults, run in a child process (a fault ends the CUDA context for the whole
-/// process): awaits a kernel that traps, with a progress mark behind it. Prints `FAULT-OK` if the
-/// await returned an error, and a second await on another stream errs too.
-fn fault_child() -> TestResult {
+/// process): awaits a kernel that traps, ending in a progress mark (`how` = "marks") or an event
+/// ("events"). Prints `FAULT-OK` if the await returned an error, and an await pending on another
+/// stream errs too.
+fn fault_child(how: &str) -> TestResult {
+    let marks = how == "marks";
+    cuda_async::scheduling::set_completion_policy(cuda_async::scheduling::CompletionPolicy {
+        marks,
+        ..Default::default()
+    });
     let d = dev()?;
     let m = d.compile_module(
         "trap.cu",
@@ -195,9 +213,16 @@ impl DeviceOp for Trap<'_> {
 /// errors within seconds: no hang. Run in a child process, since the fault destroys the context.
 fn awaited_fault_is_an_error_not_a_hang() -> TestResult {
     dev()?;
+    for how in ["events", "marks"] {
+        fault_in_child(how)?;
+    }
+    Ok(())
+}
+
+fn fault_in_child(how: &str) -> TestResult {
     let exe = std::env::current_exe()?;
     let mut child =
-        Command::new(exe).env(CHILD, "1").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+        Command::new(exe).env(CHILD, how).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if child.try_wait()?.is_some() {
@@ -205,19 +230,22 @@ fn awaited_fault_is_an_error_not_a_hang() -> TestResult {
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            return Err("the faulting child did not finish within 60 s: an await hung".into());
+            return Err(format!("{how}: the faulting child did not finish within 60 s: an await hung").into());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let out = child.wait_with_output()?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("child: {}{}", stdout.trim(), String::from_utf8_lossy(&out.stderr).trim());
-    ensure(out.status.success() && stdout.contains("FAULT-OK"), "the awaits of faulted work did not all fail")
+    eprintln!("child ({how}): {}{}", stdout.trim(), String::from_utf8_lossy(&out.stderr).trim());
+    ensure(
+        out.status.success() && stdout.contains("FAULT-OK"),
+        format!("{how}: the awaits of faulted work did not all fail"),
+    )
 }
 
 fn main() {
-    if std::env::var(CHILD).is_ok_and(|v| v == "1") {
-        match fault_child() {
+    if let Ok(how) = std::env::var(CHILD) {
+        match fault_child(&how) {
             Ok(()) => std::process::exit(0),
             Err(e) => {
                 eprintln!("fault child: {e:?}");

@@ -27,7 +27,8 @@
 //!    `cuStreamBeginCapture` and cleared only once the driver has ended the capture; a failed end
 //!    that leaves the driver capturing leaves the state in place.
 
-use crate::error::{check, Error, Result};
+use crate::driver::result;
+use crate::error::{Error, Result};
 use crate::event::PooledEvent;
 use crate::graph::{CaptureMode, CaptureStatus, Graph, KernelNode};
 use crate::keep::KeepAlive;
@@ -179,12 +180,11 @@ pub(crate) fn defer_free(
 pub(crate) fn abandon(raw: sys::CUstream, state: &mut StreamState) -> Option<Box<Capture>> {
     let mut cap = state.capture.take()?;
     ACTIVE.fetch_sub(1, Ordering::AcqRel);
-    let mut graph = std::ptr::null_mut();
-    // SAFETY: live stream handle (destroyed only after this); valid out-pointer.
-    let res = unsafe { sys::cuStreamEndCapture(raw, &mut graph) };
+    // SAFETY: live stream handle (destroyed only after this).
+    let (res, graph) = unsafe { result::stream_end_capture(raw) };
     if !graph.is_null() {
         // SAFETY: a graph handed back to us is ours to destroy; nothing else refers to it.
-        unsafe { sys::cuGraphDestroy(graph) };
+        let _ = unsafe { result::graph_destroy(graph) };
     }
     if res == sys::CUresult::CUDA_SUCCESS || res == sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED {
         for (ptr, waits) in cap.deferred.drain(..) {
@@ -237,13 +237,12 @@ impl Stream {
         }));
         ACTIVE.fetch_add(1, Ordering::AcqRel);
         // SAFETY: live stream; context bound.
-        let res = unsafe { sys::cuStreamBeginCapture_v2(self.raw(), mode.raw()) };
-        if res != sys::CUresult::CUDA_SUCCESS {
+        let res = unsafe { result::stream_begin_capture(self.raw(), mode.raw()) };
+        if res.is_err() {
             state.capture = None;
             ACTIVE.fetch_sub(1, Ordering::AcqRel);
-            return Err(Error::driver(res, "beginning stream capture"));
         }
-        Ok(())
+        res
     }
 
     /// Ends the capture and returns the captured graph, which keeps every allocation the recorded
@@ -276,9 +275,8 @@ impl Stream {
             }
             Some(_) => {}
         }
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: live stream; valid out-pointer.
-        let res = unsafe { sys::cuStreamEndCapture(self.raw(), &mut raw) };
+        // SAFETY: live stream.
+        let (res, raw) = unsafe { result::stream_end_capture(self.raw()) };
         if res != sys::CUresult::CUDA_SUCCESS && still_capturing(self) {
             // The driver did not end it (rule 6): keep the state; the capture goes on.
             return Err(Error::driver(res, "ending stream capture"));
@@ -294,7 +292,7 @@ impl Stream {
         if res != sys::CUresult::CUDA_SUCCESS {
             if !raw.is_null() {
                 // SAFETY: a graph handed back despite the error is ours to destroy.
-                unsafe { sys::cuGraphDestroy(raw) };
+                let _ = unsafe { result::graph_destroy(raw) };
             }
             // `cap` (and the allocations it kept) is dropped here, with no lock held.
             return Err(Error::driver(res, "ending stream capture"));
@@ -314,32 +312,16 @@ impl Stream {
         if let Mode::Eager = state.mode()? {
             return Ok(None);
         }
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let (mut deps, mut n): (*const sys::CUgraphNode, usize) = (std::ptr::null(), 0);
-        check(
-            // SAFETY: live stream; valid out-pointers; unneeded outputs are null.
-            unsafe {
-                sys::cuStreamGetCaptureInfo_v3(
-                    self.raw(),
-                    &mut status,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    &mut deps,
-                    std::ptr::null_mut(),
-                    &mut n,
-                )
-            },
-            "reading capture info",
-        )?;
+        // SAFETY: live stream.
+        let (status, deps, n) = unsafe { result::stream_get_capture_frontier(self.raw()) }?;
         if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || n != 1 || deps.is_null() {
             return Ok(None);
         }
         // SAFETY: the driver returned an array of `n == 1` nodes, valid until the next call on
         // this stream, which cannot happen while we hold its enqueue lock.
         let node = unsafe { *deps };
-        let mut ty = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
         // SAFETY: a live node of the capture graph.
-        check(unsafe { sys::cuGraphNodeGetType(node, &mut ty) }, "reading a node type")?;
+        let ty = unsafe { result::graph_node_get_type(node) }?;
         Ok((ty == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL).then_some(KernelNode(node)))
     }
 
@@ -355,9 +337,8 @@ impl Stream {
     /// Driver errors.
     pub fn capture_status(&self) -> Result<CaptureStatus> {
         self.device().bind()?;
-        let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: live stream; valid out-pointer.
-        check(unsafe { sys::cuStreamIsCapturing(self.raw(), &mut st) }, "querying capture status")?;
+        // SAFETY: live stream.
+        let st = unsafe { result::stream_is_capturing(self.raw()) }?;
         use sys::CUstreamCaptureStatus::*;
         Ok(match st {
             CU_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
@@ -369,8 +350,7 @@ impl Stream {
 
 /// Whether the driver still reports `s` as capturing (active or invalidated).
 fn still_capturing(s: &Stream) -> bool {
-    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    // SAFETY: live stream; valid out-pointer.
-    let res = unsafe { sys::cuStreamIsCapturing(s.raw(), &mut st) };
-    res == sys::CUresult::CUDA_SUCCESS && st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+    // SAFETY: live stream.
+    let st = unsafe { result::stream_is_capturing(s.raw()) };
+    st.is_ok_and(|st| st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }

@@ -12,7 +12,8 @@
 
 use crate::capture::StreamState;
 use crate::device::Device;
-use crate::error::{check, Error, Result};
+use crate::driver::result;
+use crate::error::{Error, Result};
 use crate::event::Event;
 use cudarc::driver::sys;
 use std::ffi::c_void;
@@ -41,8 +42,7 @@ impl Drop for StreamInner {
         let abandoned = crate::capture::abandon(self.raw, state);
         // SAFETY: we own the handle and nothing uses it after the last Arc is gone. The driver
         // defers the release until queued work is complete. An error cannot be reported here.
-        let res = unsafe { sys::cuStreamDestroy_v2(self.raw) };
-        crate::error::note_drop_error(res, "destroying a stream");
+        crate::error::note_drop(unsafe { result::stream_destroy(self.raw) });
         drop(abandoned);
     }
 }
@@ -88,13 +88,8 @@ impl Device {
     /// Driver errors.
     pub fn stream_priority_range(&self) -> Result<(i32, i32)> {
         self.bind()?;
-        let (mut least, mut greatest) = (0, 0);
-        check(
-            // SAFETY: valid out-pointers; context bound.
-            unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) },
-            "reading the stream priority range",
-        )?;
-        Ok((least, greatest))
+        // SAFETY: context bound.
+        unsafe { result::ctx_get_stream_priority_range() }
     }
 
     /// Creates a new non-blocking stream with the default priority.
@@ -148,10 +143,9 @@ impl Stream {
                 )));
             }
         }
-        let mut raw = std::ptr::null_mut();
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-        // SAFETY: valid out-pointer; context bound.
-        check(unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags, priority) }, "creating a stream")?;
+        // SAFETY: context bound.
+        let raw = unsafe { result::stream_create_with_priority(flags, priority) }?;
         Ok(Stream {
             inner: Arc::new(StreamInner { device: *device, raw, state: Mutex::new(StreamState::default()) }),
         })
@@ -208,7 +202,7 @@ impl Stream {
     pub(crate) fn sync_unchecked(&self) -> Result<()> {
         self.inner.device.bind()?;
         // SAFETY: live stream handle; context bound.
-        check(unsafe { sys::cuStreamSynchronize(self.raw()) }, "synchronizing a stream")
+        unsafe { result::stream_synchronize(self.raw()) }
     }
 
     /// Non-blocking: `true` if all queued work has finished, `false` if some is still running.
@@ -220,11 +214,7 @@ impl Stream {
         crate::capture::refuse_if_capturing(&self.lock(), "querying a stream that is being captured")?;
         self.inner.device.bind()?;
         // SAFETY: live stream handle; context bound.
-        match unsafe { sys::cuStreamQuery(self.raw()) } {
-            sys::CUresult::CUDA_SUCCESS => Ok(true),
-            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            e => Err(Error::driver(e, "querying a stream")),
-        }
+        unsafe { result::stream_query(self.raw()) }
     }
 
     /// Makes all work queued on this stream after this call wait until `event` has completed.
@@ -273,10 +263,7 @@ impl Stream {
     pub(crate) fn wait_unchecked(&self, event: &Event) -> Result<()> {
         self.inner.device.bind()?;
         // SAFETY: live stream and event handles; context bound.
-        check(
-            unsafe { sys::cuStreamWaitEvent(self.raw(), event.raw(), 0) },
-            "making a stream wait on an event",
-        )
+        unsafe { result::stream_wait_event(self.raw(), event.raw(), "making a stream wait on an event") }
     }
 
     /// Orders all work queued on `self` after this call behind all work queued on `other` so far.
@@ -360,15 +347,14 @@ impl Stream {
         self.inner.device.bind()?;
         let data = Box::into_raw(Box::new(f)) as *mut c_void;
         // SAFETY: live stream; the trampoline matches CUhostFn and owns `data` once it runs.
-        let res = unsafe { sys::cuLaunchHostFunc(self.raw(), Some(trampoline::<F>), data) };
+        let res = unsafe { result::launch_host_func(self.raw(), Some(trampoline::<F>), data) };
         drop(state);
-        if res != sys::CUresult::CUDA_SUCCESS {
+        if res.is_err() {
             // SAFETY: the driver refused the callback, so it will never run: reclaim the box
             // (dropped with no lock held: it may own buffers whose drop queues a free).
             drop(unsafe { Box::from_raw(data as *mut F) });
-            return Err(Error::driver(res, "queueing a host function"));
         }
-        Ok(())
+        res
     }
 
     /// Queues `f` to run on a driver thread once all earlier work on this stream has finished
@@ -402,16 +388,15 @@ impl Stream {
         self.inner.device.bind()?;
         let data = Box::into_raw(Box::new(f)) as *mut c_void;
         // SAFETY: live stream; the trampoline matches CUstreamCallback and owns `data` once it
-        // runs; flags must be 0.
-        let res = unsafe { sys::cuStreamAddCallback(self.raw(), Some(trampoline::<F>), data, 0) };
+        // runs.
+        let res = unsafe { result::stream_add_callback(self.raw(), Some(trampoline::<F>), data) };
         drop(state);
-        if res != sys::CUresult::CUDA_SUCCESS {
+        if res.is_err() {
             // SAFETY: the driver refused the callback, so it will never run: reclaim the box
             // (dropped with no lock held: it may own buffers whose drop queues a free).
             drop(unsafe { Box::from_raw(data as *mut F) });
-            return Err(Error::driver(res, "queueing a stream callback"));
         }
-        Ok(())
+        res
     }
 }
 

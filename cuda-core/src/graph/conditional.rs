@@ -10,7 +10,8 @@
 //! [`KernelParam`]) to kernels built with the device runtime.
 
 use super::build::{GraphBody, Node};
-use crate::error::{check, Error, Result};
+use crate::driver::result;
+use crate::error::{Error, Result};
 use crate::launch::{KernelParam, LaunchConfig};
 use crate::memory::DeviceBuffer;
 use crate::module::{CudaModule, Function};
@@ -85,20 +86,10 @@ impl<'g> GraphBody<'g> {
             Some(v) => (v as u32, sys::CU_GRAPH_COND_ASSIGN_DEFAULT),
             None => (0, 0),
         };
-        let mut handle = 0;
-        check(
-            // SAFETY: live graph and context; valid out-pointer.
-            unsafe {
-                sys::cuGraphConditionalHandleCreate(
-                    &mut handle,
-                    self.raw,
-                    self.device.cu_context(),
-                    value,
-                    flags,
-                )
-            },
-            "creating a conditional handle",
-        )?;
+        // SAFETY: live graph (borrowed mutably through this body) and context.
+        let handle = unsafe {
+            result::graph_conditional_handle_create(self.raw, self.device.cu_context(), value, flags)
+        }?;
         Ok(Conditional { handle, owner: self.owner })
     }
 
@@ -164,21 +155,8 @@ impl<'g> GraphBody<'g> {
             phGraph_out: std::ptr::null_mut(),
             ctx: self.device.cu_context(),
         };
-        let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: live graph; `deps_raw` are nodes of it; `p` is a valid conditional description.
-            unsafe {
-                sys::cuGraphAddNode_v2(
-                    &mut raw,
-                    self.raw,
-                    deps_raw.as_ptr(),
-                    std::ptr::null(),
-                    deps_raw.len(),
-                    &mut p,
-                )
-            },
-            "adding a conditional node",
-        )?;
+        // SAFETY: live graph; `deps_raw` are nodes of it; `p` is a valid conditional description.
+        let raw = unsafe { result::graph_add_conditional_node(self.raw, &deps_raw, &mut p) }?;
         // SAFETY: on success the driver set `phGraph_out` to its array of `size == 1` body graphs,
         // owned by the node (alive as long as the graph).
         let body_graph = unsafe {

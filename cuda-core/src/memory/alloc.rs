@@ -3,6 +3,7 @@
 use super::access::AccessState;
 use super::pool::MemPool;
 use crate::capture;
+use crate::driver::result;
 use crate::event::PooledEvent;
 use crate::stream::Stream;
 use cudarc::driver::sys;
@@ -79,10 +80,11 @@ pub(crate) fn free_after(
     waits: &[std::sync::Arc<PooledEvent>],
 ) {
     for ev in waits {
+        const DURING: &str = "ordering a free after a use on another stream (leaked)";
         // SAFETY: live stream (its lock is held by the caller) and live event.
-        let res = unsafe { sys::cuStreamWaitEvent(stream, ev.raw(), 0) };
-        if res != sys::CUresult::CUDA_SUCCESS {
-            crate::error::note_drop_error(res, "ordering a free after a use on another stream (leaked)");
+        let res = unsafe { result::stream_wait_event(stream, ev.raw(), DURING) };
+        if res.is_err() {
+            crate::error::note_drop(res);
             return;
         }
     }
@@ -94,6 +96,5 @@ pub(crate) fn free_after(
 pub(crate) fn free_raw(stream: sys::CUstream, ptr: sys::CUdeviceptr) {
     // SAFETY: the caller owns `ptr`, allocated stream-ordered on this device; the free is queued
     // after every use queued on (or joined to) `stream`.
-    let res = unsafe { sys::cuMemFreeAsync(ptr, stream) };
-    crate::error::note_drop_error(res, "freeing device memory (stream-ordered)");
+    crate::error::note_drop(unsafe { result::mem_free_async(ptr, stream) });
 }

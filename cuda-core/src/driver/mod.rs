@@ -5,9 +5,11 @@
 //! calls `cuInit`; the outcome (success or a clear [`Error::NoDriver`]) is remembered for the rest
 //! of the process.
 
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
 use cudarc::driver::sys;
 use std::sync::OnceLock;
+
+pub(crate) mod result;
 
 /// Loads the driver and runs `cuInit(0)` once per process. Every entry point of this crate that
 /// talks to the driver goes through here first, so a missing driver is an error, never a panic.
@@ -23,8 +25,7 @@ pub(crate) fn init() -> Result<()> {
             });
         }
         crate::error::mark_library_loaded();
-        // SAFETY: cuInit has no preconditions; the library is known to load.
-        check(unsafe { sys::cuInit(0) }, "initialising the CUDA driver (cuInit)")
+        result::init()
     })
     .clone()
 }
@@ -38,9 +39,7 @@ pub(crate) fn init() -> Result<()> {
 /// errors of `cuInit`.
 pub fn device_count() -> Result<usize> {
     init().map_err(no_device)?;
-    let mut n = 0;
-    // SAFETY: the driver is initialised and `n` is a valid out-pointer.
-    check(unsafe { sys::cuDeviceGetCount(&mut n) }, "counting devices").map_err(no_device)?;
+    let n = result::device_get_count().map_err(no_device)?;
     Ok(n as usize)
 }
 
@@ -61,9 +60,7 @@ fn no_device(e: Error) -> Error {
 /// [`Error::NoDriver`] without a driver; driver errors.
 pub fn driver_version() -> Result<(u32, u32)> {
     init()?;
-    let mut v = 0;
-    // SAFETY: valid out-pointer, driver initialised.
-    check(unsafe { sys::cuDriverGetVersion(&mut v) }, "reading the driver version")?;
+    let v = result::driver_get_version()?;
     Ok(((v / 1000) as u32, ((v % 1000) / 10) as u32))
 }
 
@@ -80,9 +77,8 @@ pub fn relax_thread_capture_mode() {
     if init().is_err() {
         return;
     }
-    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-    // SAFETY: valid in/out pointer; the call only changes this thread's capture interaction mode.
-    unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    let _ =
+        result::thread_exchange_stream_capture_mode(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED);
 }
 
 /// Whether a usable GPU is present: the driver loads, initialises, and reports at least one

@@ -16,12 +16,14 @@
 
 mod context;
 mod graph;
+mod graph_nodes;
 mod memory;
 mod module;
 mod stream;
 
 pub(crate) use context::*;
 pub(crate) use graph::*;
+pub(crate) use graph_nodes::*;
 pub(crate) use memory::*;
 pub(crate) use module::*;
 pub(crate) use stream::*;

@@ -229,7 +229,7 @@ impl Device {
     /// [`Error::Capture`] while any capture is open in the process (a device-wide wait would
     /// invalidate it); driver errors of queued work (e.g. a kernel fault).
     pub fn synchronize(&self) -> Result<()> {
-        if crate::capture::any_active() {
+        if driver::any_capture_open() {
             // A device-wide synchronisation would wait on (and invalidate) the open capture.
             return Err(Error::Capture("synchronizing the device while a stream capture is active"));
         }

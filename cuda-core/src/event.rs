@@ -3,7 +3,6 @@
 use crate::device::Device;
 use crate::driver::result;
 use crate::error::{Error, Result};
-use crate::stream::Stream;
 use cudarc::driver::sys;
 use std::sync::{Mutex, MutexGuard};
 
@@ -12,7 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 ///
 /// An event remembers whether its last record was made inside a stream capture (its *tag*). Such
 /// an event has no completion of its own: waiting on it from another stream would fork the capture
-/// (refused by [`Stream::wait_event`]), and [`Event::query`], [`Event::synchronize`] and
+/// (refused by `Stream::wait_event`), and [`Event::query`], [`Event::synchronize`] and
 /// [`Event::elapsed_ms`] refuse it with [`Error::Capture`] until it is recorded again outside a
 /// capture.
 ///
@@ -145,44 +144,6 @@ impl Event {
     /// Whether the event records timestamps.
     pub fn is_timing(&self) -> bool {
         self.timing
-    }
-
-    /// Captures the work queued on `stream` so far: the event completes when that work has.
-    ///
-    /// Recorded on a stream that is being captured (by this thread), the event marks a point in the
-    /// capture instead and is tagged with it (see the type docs).
-    ///
-    /// # Errors
-    /// [`Error::DeviceMismatch`] for a stream of another device; [`Error::Capture`] if another
-    /// thread is capturing `stream`; driver errors.
-    pub fn record(&self, stream: &Stream) -> Result<()> {
-        self.check_device(stream)?;
-        self.device.bind()?;
-        let mut state = stream.lock();
-        state.mode()?; // refuses another thread's capture
-        let id = state.capture_id().unwrap_or(0);
-        let mut tag = self.lock_tag();
-        self.record_unchecked(stream)?;
-        *tag = id;
-        Ok(())
-    }
-
-    fn check_device(&self, stream: &Stream) -> Result<()> {
-        if stream.device() != &self.device {
-            return Err(Error::DeviceMismatch {
-                during: "recording an event",
-                expected: self.device.ordinal(),
-                actual: stream.device().ordinal(),
-            });
-        }
-        Ok(())
-    }
-
-    /// `cuEventRecord` with no checks: for the crate's private events, with the stream's lock held
-    /// by the caller, who has checked its capture state.
-    pub(crate) fn record_unchecked(&self, stream: &Stream) -> Result<()> {
-        // SAFETY: live event and stream of the same context (checked or constructed so).
-        unsafe { result::event_record(self.raw, stream.raw()) }
     }
 
     pub(crate) fn lock_tag(&self) -> MutexGuard<'_, u64> {

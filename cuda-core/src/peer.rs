@@ -8,7 +8,7 @@
 //! (`cuMemcpyPeerAsync` over NVLink or PCIe without a host bounce). It does **not** let kernels of
 //! one device use buffers of another: this crate keeps refusing every cross-device kernel launch,
 //! library call and copy with [`Error::DeviceMismatch`](crate::error::Error::DeviceMismatch), except the explicit peer copy
-//! ([`crate::DeviceBuffer::copy_from_peer`]), which orders both buffers' uses across the devices.
+//! ([`crate::memory::DeviceBuffer::copy_from_peer`]), which orders both buffers' uses across the devices.
 //! The buffers of this crate come from stream-ordered memory pools, whose accessibility from other
 //! devices is governed by `cuMemPoolSetAccess`, never changed here.
 
@@ -22,7 +22,7 @@ use std::sync::Mutex;
 static ENABLED: Mutex<Option<HashSet<(usize, usize)>>> = Mutex::new(None);
 
 impl Device {
-    /// The number of CUDA devices (the same as [`crate::device_count`]).
+    /// The number of CUDA devices (the same as [`crate::driver::device_count`]).
     ///
     /// ```no_run
     /// # fn main() -> cuda_core::Result<()> {

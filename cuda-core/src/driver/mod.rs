@@ -7,6 +7,7 @@
 
 use crate::error::{Error, Result};
 use cudarc::driver::sys;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 pub(crate) mod result;
@@ -68,8 +69,30 @@ pub fn driver_version() -> Result<(u32, u32)> {
 /// driver of the R580 branch or newer.
 pub const MIN_DRIVER_CUDA_VERSION: (u32, u32) = (13, 0);
 
+/// How many stream captures begun through this crate are open, process-wide. Kept here, below
+/// every module that needs it: the capture code counts captures in and out (`Stream::begin_capture`,
+/// `Stream::end_capture`, and the drop of a stream with an open capture), and
+/// `Device::synchronize` refuses while any is open.
+static OPEN_CAPTURES: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether any capture is open anywhere in the process (one atomic load).
+#[inline]
+pub(crate) fn any_capture_open() -> bool {
+    OPEN_CAPTURES.load(Ordering::Acquire) != 0
+}
+
+/// Counts a capture in (before the driver is asked to begin it).
+pub(crate) fn capture_opened() {
+    OPEN_CAPTURES.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Counts a capture out (once the driver has ended it, or refused to begin it).
+pub(crate) fn capture_closed() {
+    OPEN_CAPTURES.fetch_sub(1, Ordering::AcqRel);
+}
+
 /// Sets the calling thread's stream-capture interaction mode to *relaxed*
-/// (`cuThreadExchangeStreamCaptureMode`), so that other threads' [`crate::CaptureMode::Global`]
+/// (`cuThreadExchangeStreamCaptureMode`), so that other threads' `CaptureMode::Global`
 /// captures do not make this thread's event queries and waits fail. For library-owned threads
 /// that only query and wait on events that no capture records into (completion and reaper
 /// threads). Errors are ignored: the mode is an optimisation of availability, not of safety.

@@ -12,8 +12,8 @@ use crate::device::Device;
 use crate::driver::result;
 use crate::error::{Error, Result};
 use crate::event::Event;
-use crate::keep::KeepAlive;
 use crate::launch::{KernelArgs, LaunchConfig};
+use crate::memory::KeepAlive;
 use crate::memory::{Access, Allocation};
 use crate::memory::{DeviceBuffer, DeviceRepr};
 use crate::module::Function;
@@ -435,7 +435,7 @@ impl<'g> GraphBody<'g> {
 
     /// Runs `f` on a driver thread each time the node is reached in a replay. `f` is owned by the
     /// graph and its executables, and released only after the last replay that can call it has
-    /// completed (see [`crate::GraphExec`]), so it never dangles. A panic inside it is caught (and
+    /// completed (see [`crate::graph::GraphExec`]), so it never dangles. A panic inside it is caught (and
     /// lost).
     ///
     /// # Safety

@@ -52,9 +52,9 @@ unsafe impl KernelParam for Conditional {
     }
 }
 
-fn set_conditional_function(device: &crate::Device) -> Result<Function> {
+fn set_conditional_function(device: &crate::device::Device) -> Result<Function> {
     // The module must outlive every graph that uses it: kept (with the function) for the process.
-    static F: crate::PerDevice<Function> = crate::PerDevice::new();
+    static F: crate::per_device::PerDevice<Function> = crate::per_device::PerDevice::new();
     F.get_or_try_init(device, || {
         CudaModule::from_cubin(device, SET_CONDITIONAL_FATBIN)?.function("cuda_async_set_conditional")
     })
@@ -62,7 +62,7 @@ fn set_conditional_function(device: &crate::Device) -> Result<Function> {
 }
 
 fn require_driver() -> Result<()> {
-    let v = crate::driver_version()?;
+    let v = crate::driver::driver_version()?;
     if v < (12, 4) {
         return Err(Error::InvalidArgument(format!(
             "conditional graph nodes need a CUDA 12.4 or newer driver; this one supports CUDA {}.{}",

@@ -5,16 +5,16 @@ use crate::driver::result;
 use crate::error::Result;
 use cudarc::driver::sys;
 
-impl crate::Device {
+impl crate::device::Device {
     /// Usage of the device's graph memory pool (memory of mem-alloc nodes), in bytes.
     ///
     /// # Errors
     /// Driver errors reading the attributes.
-    pub fn graph_mem_stats(&self) -> Result<crate::PoolStats> {
+    pub fn graph_mem_stats(&self) -> Result<crate::memory::PoolStats> {
         use sys::CUgraphMem_attribute::*;
         let get = |attr| result::device_get_graph_mem_attribute(self.cu_device(), attr);
         self.bind()?;
-        Ok(crate::PoolStats {
+        Ok(crate::memory::PoolStats {
             used_current: get(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)?,
             used_high: get(CU_GRAPH_MEM_ATTR_USED_MEM_HIGH)?,
             reserved_current: get(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT)?,

@@ -10,7 +10,7 @@ use crate::device::Device;
 use crate::driver::result;
 use crate::error::{Error, Result};
 use crate::event::{Event, PooledEvent};
-use crate::keep::KeepAlive;
+use crate::memory::KeepAlive;
 use crate::memory::{ordered, Access, Allocation, InCapture};
 use crate::stream::Stream;
 use cudarc::driver::sys;
@@ -101,7 +101,7 @@ impl KernelNode {
     ///
     /// # Errors
     /// Driver errors reading the node.
-    pub unsafe fn launches(&self, function: &crate::Function) -> Result<bool> {
+    pub unsafe fn launches(&self, function: &crate::module::Function) -> Result<bool> {
         // SAFETY: the caller guarantees the node is alive.
         let params = unsafe { result::graph_kernel_node_get_params(self.0) }?;
         Ok(params.func == function.raw())
@@ -350,7 +350,7 @@ impl GraphExec {
         self.device.bind()?;
         let _g = self.state();
         let state = stream.lock();
-        crate::capture::refuse_if_capturing(&state, "uploading a graph on a stream being captured")?;
+        crate::stream::state::refuse_if_capturing(&state, "uploading a graph on a stream being captured")?;
         // SAFETY: live graph exec and stream, used under the exec's lock; context bound.
         unsafe { result::graph_upload(self.raw, stream.raw()) }
     }
@@ -475,7 +475,7 @@ impl GraphExec {
     /// `node` must be a kernel node of the graph this executable was instantiated from (or updated
     /// to), that graph must still be alive, and `params` must be `node`'s snapshot. The kernel must
     /// stay in bounds with the new value (never change a length or a pointer this way).
-    pub unsafe fn set_kernel_param<T: crate::DeviceRepr>(
+    pub unsafe fn set_kernel_param<T: crate::memory::DeviceRepr>(
         &self,
         node: KernelNode,
         params: &KernelNodeParams,

@@ -112,7 +112,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         if bytes > 0 {
             stream.device().bind()?;
             let state = stream.lock();
-            crate::capture::refuse_if_capturing(
+            crate::stream::state::refuse_if_capturing(
                 &state,
                 "allocating device memory on a stream being captured",
             )?;

@@ -10,7 +10,7 @@
 //! Three paths, chosen per call ([`PeerPath`]):
 //! - **same device**: a plain device-to-device copy;
 //! - **peer**: `cuMemcpyPeerAsync` on the destination's stream, when the two devices can access
-//!   each other (peer access is enabled on first use, see [`crate::Device::enable_peer_access`]);
+//!   each other (peer access is enabled on first use, see [`crate::device::Device::enable_peer_access`]);
 //! - **staged**: through a page-locked host bounce buffer: a device-to-host copy on a stream of
 //!   the source's device (its home stream, made to wait for everything the copy waits for), then a
 //!   host-to-device copy on the destination's stream, ordered by an event. The bounce buffer is
@@ -159,7 +159,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             // Checked again, atomically, when the copy is queued; this early check keeps the
             // bounce-buffer allocation (which a capture may not contain) out of a capture.
             let what = "a copy between devices (or staged) on a stream being captured";
-            crate::capture::refuse_if_capturing(&stream.lock(), what)?;
+            crate::stream::state::refuse_if_capturing(&stream.lock(), what)?;
         }
         match path {
             PeerPath::SameDevice => self.copy_from_device(stream, src)?,

@@ -1,4 +1,5 @@
-//! Stream capture: the capture state of each stream, and the rules that keep captures sound.
+//! Stream capture: beginning and ending captures, and the rules that keep captures sound. The
+//! capture state of each stream lives with the stream (`stream::state`), below memory and graphs.
 //!
 //! While a stream is being captured, work queued on it is recorded into a graph instead of run, and
 //! a graph replays the recorded device addresses later, any number of times. So that safe code can

@@ -1,4 +1,5 @@
-//! Stream capture: the capture state of each stream, and the rules that keep captures sound.
+//! Stream capture: beginning and ending captures, and the rules that keep captures sound. The
+//! capture state of each stream lives with the stream (`stream::state`), below memory and graphs.
 //!
 //! While a stream is being captured, work queued on it is recorded into a graph instead of run, and
 //! a graph replays the recorded device addresses later, any number of times. So that safe code can
@@ -18,7 +19,7 @@
 //!    into a capture, or a capturing stream's wait on outside work. So the capturing stream is the
 //!    only stream of its capture, and everything recorded went through its lock.
 //! 4. **Everything recorded is kept.** Each use of a buffer recorded into the capture adds its
-//!    [`Allocation`] to the capture's [`KeepAlive`] set, which the graph and every executable graph
+//!    [`Allocation`](crate::memory::Allocation) to the capture's [`KeepAlive`] set, which the graph and every executable graph
 //!    made from it own: replays never touch freed memory. Frees of allocations homed on the
 //!    capturing stream are deferred to the end of the capture (a free must never be recorded).
 //! 5. **No blocking, allocation or callback is recorded**: they are refused before the driver
@@ -27,178 +28,13 @@
 //!    `cuStreamBeginCapture` and cleared only once the driver has ended the capture; a failed end
 //!    that leaves the driver capturing leaves the state in place.
 
-use crate::error::{check, Error, Result};
-use crate::event::PooledEvent;
+use crate::driver::{self, result};
+use crate::error::{Error, Result};
 use crate::graph::{CaptureMode, CaptureStatus, Graph, KernelNode};
-use crate::keep::KeepAlive;
-use crate::memory::Allocation;
+use crate::memory::KeepAlive;
+use crate::stream::state::{Capture, Mode};
 use crate::stream::Stream;
 use cudarc::driver::sys;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, MutexGuard};
-use std::thread::ThreadId;
-
-/// How many captures begun through this crate are open, process-wide.
-static ACTIVE: AtomicUsize = AtomicUsize::new(0);
-
-/// Whether any capture is open anywhere in the process (one atomic load).
-#[inline]
-pub(crate) fn any_active() -> bool {
-    ACTIVE.load(Ordering::Acquire) != 0
-}
-
-fn next_capture_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-/// An open capture of one stream.
-pub(crate) struct Capture {
-    /// Identifies the capture in event tags (never 0).
-    pub(crate) id: u64,
-    /// The thread that began it: the only one that may enqueue on the stream or end it.
-    thread: ThreadId,
-    /// What the recorded work uses.
-    pub(crate) keep: KeepAlive,
-    /// Frees of allocations homed on the stream, dropped during the capture, with the events of
-    /// their uses on other streams that the free must wait for.
-    deferred: Vec<(sys::CUdeviceptr, Vec<Arc<PooledEvent>>)>,
-}
-
-/// The state behind a stream's enqueue lock.
-#[derive(Default)]
-pub(crate) struct StreamState {
-    pub(crate) capture: Option<Box<Capture>>,
-}
-
-/// How an enqueue may proceed on a stream, given its state.
-pub(crate) enum Mode<'a> {
-    /// Not capturing: run (and join across streams) as usual.
-    Eager,
-    /// Captured by this thread: record the uses into this set, make no cross-stream joins.
-    Captured(&'a mut KeepAlive),
-}
-
-impl StreamState {
-    /// The capture id if the stream is being captured (by any thread).
-    #[inline]
-    pub(crate) fn capture_id(&self) -> Option<u64> {
-        self.capture.as_ref().map(|c| c.id)
-    }
-
-    /// How an enqueue on this stream proceeds. Errors if another thread is capturing it.
-    #[inline]
-    pub(crate) fn mode(&mut self) -> Result<Mode<'_>> {
-        match &mut self.capture {
-            None => Ok(Mode::Eager),
-            Some(c) if c.thread == std::thread::current().id() => Ok(Mode::Captured(&mut c.keep)),
-            Some(_) => Err(Error::Capture("queueing work on a stream that another thread is capturing")),
-        }
-    }
-}
-
-/// Fails with [`Error::Capture`] naming `what` if the stream whose state this is is capturing.
-#[inline]
-pub(crate) fn refuse_if_capturing(state: &StreamState, what: &'static str) -> Result<()> {
-    match state.capture {
-        Some(_) => Err(Error::Capture(what)),
-        None => Ok(()),
-    }
-}
-
-/// Checks a wait of the stream with `state` on an event tagged `tag` (the capture id of its last
-/// record, 0 if it was recorded eagerly). Rule 3 of the module docs.
-pub(crate) fn check_wait(state: &StreamState, tag: u64) -> Result<()> {
-    match (&state.capture, tag) {
-        (None, 0) => Ok(()),
-        (None, _) => Err(Error::Capture(
-            "waiting on an event recorded inside a stream capture would fork the capture onto this stream",
-        )),
-        (Some(c), _) if c.thread != std::thread::current().id() => {
-            Err(Error::Capture("waiting on a stream that another thread is capturing"))
-        }
-        (Some(c), t) if t == c.id => Ok(()),
-        (Some(_), _) => {
-            Err(Error::Capture("a capturing stream can only wait on events recorded in its own capture"))
-        }
-    }
-}
-
-/// The enqueue locks of several streams, taken in increasing [`Stream::id`] order (so two threads
-/// locking overlapping sets never deadlock), each stream once.
-pub(crate) struct Locked<'a> {
-    guards: Vec<(&'a Stream, MutexGuard<'a, StreamState>)>,
-}
-
-impl<'a> Locked<'a> {
-    pub(crate) fn new(streams: impl IntoIterator<Item = &'a Stream>) -> Self {
-        let mut set: Vec<&'a Stream> = Vec::with_capacity(4);
-        for s in streams {
-            if !set.contains(&s) {
-                set.push(s);
-            }
-        }
-        set.sort_by_key(|s| s.id());
-        Locked { guards: set.into_iter().map(|s| (s, s.lock())).collect() }
-    }
-
-    /// The state of `s`, which must be one of the locked streams.
-    pub(crate) fn state(&mut self, s: &Stream) -> &mut StreamState {
-        let i = self.guards.iter().position(|(g, _)| *g == s).unwrap_or(0);
-        &mut self.guards[i].1
-    }
-}
-
-/// Records `allocs` (and nothing else) into a capture's keep-alive set.
-pub(crate) fn keep_allocs(keep: &mut KeepAlive, allocs: &[&Arc<Allocation>]) {
-    for a in allocs {
-        keep.add_alloc(a);
-    }
-}
-
-/// If the stream with `state` is capturing, remembers `ptr` (and the events its free must wait
-/// for) to free after the capture and returns `None`; otherwise hands `waits` back.
-pub(crate) fn defer_free(
-    state: &mut StreamState,
-    ptr: sys::CUdeviceptr,
-    waits: Vec<Arc<PooledEvent>>,
-) -> Option<Vec<Arc<PooledEvent>>> {
-    match &mut state.capture {
-        Some(c) => {
-            c.deferred.push((ptr, waits));
-            None
-        }
-        None => Some(waits),
-    }
-}
-
-/// Ends a capture abandoned by the drop of its stream: the graph is discarded and the deferred
-/// frees are queued (or leaked if the driver is still capturing, which only happens when the last
-/// handle is dropped on another thread than the capturing one). Returns what the capture kept, to
-/// be dropped by the caller once no lock is held.
-pub(crate) fn abandon(raw: sys::CUstream, state: &mut StreamState) -> Option<Box<Capture>> {
-    let mut cap = state.capture.take()?;
-    ACTIVE.fetch_sub(1, Ordering::AcqRel);
-    let mut graph = std::ptr::null_mut();
-    // SAFETY: live stream handle (destroyed only after this); valid out-pointer.
-    let res = unsafe { sys::cuStreamEndCapture(raw, &mut graph) };
-    if !graph.is_null() {
-        // SAFETY: a graph handed back to us is ours to destroy; nothing else refers to it.
-        unsafe { sys::cuGraphDestroy(graph) };
-    }
-    if res == sys::CUresult::CUDA_SUCCESS || res == sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED {
-        for (ptr, waits) in cap.deferred.drain(..) {
-            crate::memory::free_after(raw, ptr, &waits);
-        }
-    } else {
-        crate::error::note_drop_error(
-            res,
-            "ending the capture of a dropped stream (its deferred frees leak)",
-        );
-        cap.deferred.clear();
-    }
-    Some(cap)
-}
 
 impl Stream {
     /// Starts capturing the work queued on this stream into a graph instead of running it.
@@ -229,21 +65,15 @@ impl Stream {
             return Err(Error::Capture("beginning a capture on a stream that is already being captured"));
         }
         // Registered first (rule 6): no enqueue can slip between the driver's begin and ours.
-        state.capture = Some(Box::new(Capture {
-            id: next_capture_id(),
-            thread: std::thread::current().id(),
-            keep: KeepAlive::default(),
-            deferred: Vec::new(),
-        }));
-        ACTIVE.fetch_add(1, Ordering::AcqRel);
+        state.capture = Some(Box::new(Capture::new(Box::new(KeepAlive::default()))));
+        driver::capture_opened();
         // SAFETY: live stream; context bound.
-        let res = unsafe { sys::cuStreamBeginCapture_v2(self.raw(), mode.raw()) };
-        if res != sys::CUresult::CUDA_SUCCESS {
+        let res = unsafe { result::stream_begin_capture(self.raw(), mode.raw()) };
+        if res.is_err() {
             state.capture = None;
-            ACTIVE.fetch_sub(1, Ordering::AcqRel);
-            return Err(Error::driver(res, "beginning stream capture"));
+            driver::capture_closed();
         }
-        Ok(())
+        res
     }
 
     /// Ends the capture and returns the captured graph, which keeps every allocation the recorded
@@ -271,14 +101,13 @@ impl Stream {
         let mut state = self.lock();
         match &state.capture {
             None => return Err(Error::Capture("ending a capture on a stream that is not being captured")),
-            Some(c) if c.thread != std::thread::current().id() => {
+            Some(c) if !c.is_current_thread() => {
                 return Err(Error::Capture("ending a capture from another thread than the one that began it"))
             }
             Some(_) => {}
         }
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: live stream; valid out-pointer.
-        let res = unsafe { sys::cuStreamEndCapture(self.raw(), &mut raw) };
+        // SAFETY: live stream.
+        let (res, raw) = unsafe { result::stream_end_capture(self.raw()) };
         if res != sys::CUresult::CUDA_SUCCESS && still_capturing(self) {
             // The driver did not end it (rule 6): keep the state; the capture goes on.
             return Err(Error::driver(res, "ending stream capture"));
@@ -286,20 +115,27 @@ impl Stream {
         let Some(mut cap) = state.capture.take() else {
             return Err(Error::Capture("ending a capture on a stream that is not being captured"));
         };
-        ACTIVE.fetch_sub(1, Ordering::AcqRel);
-        for (ptr, waits) in cap.deferred.drain(..) {
-            crate::memory::free_after(self.raw(), ptr, &waits);
-        }
+        driver::capture_closed();
+        cap.queue_deferred_frees(self.raw());
         drop(state);
         if res != sys::CUresult::CUDA_SUCCESS {
             if !raw.is_null() {
                 // SAFETY: a graph handed back despite the error is ours to destroy.
-                unsafe { sys::cuGraphDestroy(raw) };
+                let _ = unsafe { result::graph_destroy(raw) };
             }
             // `cap` (and the allocations it kept) is dropped here, with no lock held.
             return Err(Error::driver(res, "ending stream capture"));
         }
-        Ok(Graph::from_capture(raw, *self.device(), cap.keep))
+        match KeepAlive::from_capture(cap.keep) {
+            Ok(keep) => Ok(Graph::from_capture(raw, *self.device(), keep)),
+            Err(e) => {
+                // Unreachable (every capture keeps a `KeepAlive`), but never hand out a graph
+                // without what its nodes use.
+                // SAFETY: the graph the driver handed back is ours; nothing else refers to it.
+                let _ = unsafe { result::graph_destroy(raw) };
+                Err(e)
+            }
+        }
     }
 
     /// The kernel node most recently captured on this stream, if the capture's current frontier is
@@ -314,32 +150,16 @@ impl Stream {
         if let Mode::Eager = state.mode()? {
             return Ok(None);
         }
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let (mut deps, mut n): (*const sys::CUgraphNode, usize) = (std::ptr::null(), 0);
-        check(
-            // SAFETY: live stream; valid out-pointers; unneeded outputs are null.
-            unsafe {
-                sys::cuStreamGetCaptureInfo_v3(
-                    self.raw(),
-                    &mut status,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    &mut deps,
-                    std::ptr::null_mut(),
-                    &mut n,
-                )
-            },
-            "reading capture info",
-        )?;
+        // SAFETY: live stream.
+        let (status, deps, n) = unsafe { result::stream_get_capture_frontier(self.raw()) }?;
         if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || n != 1 || deps.is_null() {
             return Ok(None);
         }
         // SAFETY: the driver returned an array of `n == 1` nodes, valid until the next call on
         // this stream, which cannot happen while we hold its enqueue lock.
         let node = unsafe { *deps };
-        let mut ty = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
         // SAFETY: a live node of the capture graph.
-        check(unsafe { sys::cuGraphNodeGetType(node, &mut ty) }, "reading a node type")?;
+        let ty = unsafe { result::graph_node_get_type(node) }?;
         Ok((ty == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL).then_some(KernelNode(node)))
     }
 
@@ -355,9 +175,8 @@ impl Stream {
     /// Driver errors.
     pub fn capture_status(&self) -> Result<CaptureStatus> {
         self.device().bind()?;
-        let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: live stream; valid out-pointer.
-        check(unsafe { sys::cuStreamIsCapturing(self.raw(), &mut st) }, "querying capture status")?;
+        // SAFETY: live stream.
+        let st = unsafe { result::stream_is_capturing(self.raw()) }?;
         use sys::CUstreamCaptureStatus::*;
         Ok(match st {
             CU_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
@@ -369,8 +188,7 @@ impl Stream {
 
 /// Whether the driver still reports `s` as capturing (active or invalidated).
 fn still_capturing(s: &Stream) -> bool {
-    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    // SAFETY: live stream; valid out-pointer.
-    let res = unsafe { sys::cuStreamIsCapturing(s.raw(), &mut st) };
-    res == sys::CUresult::CUDA_SUCCESS && st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+    // SAFETY: live stream.
+    let st = unsafe { result::stream_is_capturing(s.raw()) };
+    st.is_ok_and(|st| st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }

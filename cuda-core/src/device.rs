@@ -6,7 +6,8 @@
 //! by hand and may use a device, stream or buffer from any thread (tokio workers included).
 
 use crate::driver;
-use crate::error::{check, Error, Result};
+use crate::driver::result;
+use crate::error::{Error, Result};
 use cudarc::driver::sys;
 use std::sync::{Mutex, OnceLock};
 
@@ -147,12 +148,10 @@ impl Device {
         if BOUND.with(|b| b.get()) == self.inner.ctx as usize {
             return Ok(());
         }
-        let mut cur = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; cuCtxGetCurrent only reads thread-local driver state.
-        check(unsafe { sys::cuCtxGetCurrent(&mut cur) }, "reading the current context")?;
+        let cur = result::ctx_get_current()?;
         if cur != self.inner.ctx {
             // SAFETY: the context is a retained primary context that lives for the process.
-            check(unsafe { sys::cuCtxSetCurrent(self.inner.ctx) }, "binding the device's context")?;
+            unsafe { result::ctx_set_current(self.inner.ctx) }?;
         }
         BOUND.with(|b| b.set(self.inner.ctx as usize));
         Ok(())
@@ -163,13 +162,7 @@ impl Device {
     /// # Errors
     /// Driver errors (e.g. an attribute this driver does not know).
     pub fn attribute(&self, attr: DeviceAttribute) -> Result<i32> {
-        let mut v = 0;
-        check(
-            // SAFETY: valid out-pointer and device handle.
-            unsafe { sys::cuDeviceGetAttribute(&mut v, attr, self.inner.cu_device) },
-            "reading a device attribute",
-        )?;
-        Ok(v)
+        result::device_get_attribute(attr, self.inner.cu_device)
     }
 
     /// Compute capability as `(major, minor)`, e.g. `(9, 0)` for the H100.
@@ -208,13 +201,7 @@ impl Device {
     /// # Errors
     /// Driver errors.
     pub fn total_memory(&self) -> Result<usize> {
-        let mut bytes = 0;
-        check(
-            // SAFETY: valid out-pointer and device handle.
-            unsafe { sys::cuDeviceTotalMem_v2(&mut bytes, self.inner.cu_device) },
-            "reading total device memory",
-        )?;
-        Ok(bytes)
+        result::device_total_mem(self.inner.cu_device)
     }
 
     /// `(free, total)` device memory in bytes, as the driver sees it now.
@@ -232,10 +219,8 @@ impl Device {
     /// Driver errors.
     pub fn memory_info(&self) -> Result<(usize, usize)> {
         self.bind()?;
-        let (mut free, mut total) = (0, 0);
-        // SAFETY: valid out-pointers; this device's context is current.
-        check(unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) }, "reading free memory")?;
-        Ok((free, total))
+        // SAFETY: this device's context is current.
+        unsafe { result::mem_get_info() }
     }
 
     /// Waits until all work on every stream of this device has finished.
@@ -244,13 +229,13 @@ impl Device {
     /// [`Error::Capture`] while any capture is open in the process (a device-wide wait would
     /// invalidate it); driver errors of queued work (e.g. a kernel fault).
     pub fn synchronize(&self) -> Result<()> {
-        if crate::capture::any_active() {
+        if driver::any_capture_open() {
             // A device-wide synchronisation would wait on (and invalidate) the open capture.
             return Err(Error::Capture("synchronizing the device while a stream capture is active"));
         }
         self.bind()?;
         // SAFETY: this device's context is current.
-        check(unsafe { sys::cuCtxSynchronize() }, "synchronizing the device")
+        unsafe { result::ctx_synchronize() }
     }
 
     /// The `--gpu-architecture` value NVRTC should compile for, e.g. `sm_90`.
@@ -264,20 +249,11 @@ impl Device {
 }
 
 fn open(ordinal: usize) -> Result<&'static DeviceInner> {
-    let mut cu_device = 0;
-    // SAFETY: driver initialised by registry(); ordinal checked against the count; out-pointer valid.
-    check(unsafe { sys::cuDeviceGet(&mut cu_device, ordinal as i32) }, "getting a device handle")?;
-    let mut buf = [0 as std::ffi::c_char; 256];
-    check(
-        // SAFETY: the buffer is 256 bytes and we pass its length; the driver NUL-terminates.
-        unsafe { sys::cuDeviceGetName(buf.as_mut_ptr(), buf.len() as i32, cu_device) },
-        "reading the device name",
-    )?;
-    // SAFETY: NUL-terminated by the driver within the buffer (the last byte stays 0 at worst).
-    let name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
-    let mut ctx = std::ptr::null_mut();
-    // SAFETY: valid device handle and out-pointer. The retain is never released: the primary
-    // context lives for the process, so every handle derived from it stays valid.
-    check(unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, cu_device) }, "retaining the primary context")?;
+    // The driver is initialised by registry(); the ordinal was checked against the count.
+    let cu_device = result::device_get(ordinal as i32)?;
+    let name = result::device_get_name(cu_device)?;
+    // Never released: the primary context lives for the process, so every handle derived from it
+    // stays valid.
+    let ctx = result::device_primary_ctx_retain(cu_device)?;
     Ok(Box::leak(Box::new(DeviceInner { ordinal, cu_device, ctx, name, event_pool: Mutex::new(Vec::new()) })))
 }

@@ -195,6 +195,15 @@ pub(crate) fn note_drop_error(code: sys::CUresult, during: &'static str) {
     }
 }
 
+/// Records the error of a driver call that a drop path cannot return (see [`drop_errors`]), as
+/// [`note_drop_error`] does for a raw code: the counter and the last `(code, during)` are the same.
+pub(crate) fn note_drop(res: Result<()>) {
+    if let Err(Error::Driver { code, during, .. }) = res {
+        DROP_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *LAST_DROP_ERROR.lock().unwrap_or_else(|e| e.into_inner()) = Some((code, during));
+    }
+}
+
 /// Turns a `CUresult` into `Ok(())` or an [`Error::Driver`] naming `during`.
 #[inline]
 pub(crate) fn check(code: sys::CUresult, during: &'static str) -> Result<()> {

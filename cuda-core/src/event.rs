@@ -1,8 +1,8 @@
 //! Events: markers in a stream that the host or other streams can wait on.
 
 use crate::device::Device;
-use crate::error::{check, Error, Result};
-use crate::stream::Stream;
+use crate::driver::result;
+use crate::error::{Error, Result};
 use cudarc::driver::sys;
 use std::sync::{Mutex, MutexGuard};
 
@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 ///
 /// An event remembers whether its last record was made inside a stream capture (its *tag*). Such
 /// an event has no completion of its own: waiting on it from another stream would fork the capture
-/// (refused by [`Stream::wait_event`]), and [`Event::query`], [`Event::synchronize`] and
+/// (refused by `Stream::wait_event`), and [`Event::query`], [`Event::synchronize`] and
 /// [`Event::elapsed_ms`] refuse it with [`Error::Capture`] until it is recorded again outside a
 /// capture.
 ///
@@ -82,8 +82,7 @@ impl Drop for Event {
     fn drop(&mut self) {
         if self.device.bind().is_ok() {
             // SAFETY: we own the handle; the driver defers release of a pending event.
-            let res = unsafe { sys::cuEventDestroy_v2(self.raw) };
-            crate::error::note_drop_error(res, "destroying an event");
+            crate::error::note_drop(unsafe { result::event_destroy(self.raw) });
         }
     }
 }
@@ -101,9 +100,8 @@ impl Event {
         } else {
             sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
         };
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; context bound.
-        check(unsafe { sys::cuEventCreate(&mut raw, flags) }, "creating an event")?;
+        // SAFETY: context bound.
+        let raw = unsafe { result::event_create(flags) }?;
         Ok(Event { device: *device, raw, timing, tag: Mutex::new(0) })
     }
 
@@ -148,44 +146,6 @@ impl Event {
         self.timing
     }
 
-    /// Captures the work queued on `stream` so far: the event completes when that work has.
-    ///
-    /// Recorded on a stream that is being captured (by this thread), the event marks a point in the
-    /// capture instead and is tagged with it (see the type docs).
-    ///
-    /// # Errors
-    /// [`Error::DeviceMismatch`] for a stream of another device; [`Error::Capture`] if another
-    /// thread is capturing `stream`; driver errors.
-    pub fn record(&self, stream: &Stream) -> Result<()> {
-        self.check_device(stream)?;
-        self.device.bind()?;
-        let mut state = stream.lock();
-        state.mode()?; // refuses another thread's capture
-        let id = state.capture_id().unwrap_or(0);
-        let mut tag = self.lock_tag();
-        self.record_unchecked(stream)?;
-        *tag = id;
-        Ok(())
-    }
-
-    fn check_device(&self, stream: &Stream) -> Result<()> {
-        if stream.device() != &self.device {
-            return Err(Error::DeviceMismatch {
-                during: "recording an event",
-                expected: self.device.ordinal(),
-                actual: stream.device().ordinal(),
-            });
-        }
-        Ok(())
-    }
-
-    /// `cuEventRecord` with no checks: for the crate's private events, with the stream's lock held
-    /// by the caller, who has checked its capture state.
-    pub(crate) fn record_unchecked(&self, stream: &Stream) -> Result<()> {
-        // SAFETY: live event and stream of the same context (checked or constructed so).
-        check(unsafe { sys::cuEventRecord(self.raw, stream.raw()) }, "recording an event")
-    }
-
     pub(crate) fn lock_tag(&self) -> MutexGuard<'_, u64> {
         self.tag.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -206,11 +166,7 @@ impl Event {
         self.refuse_if_tagged("querying an event recorded inside a stream capture")?;
         self.device.bind()?;
         // SAFETY: live event.
-        match unsafe { sys::cuEventQuery(self.raw) } {
-            sys::CUresult::CUDA_SUCCESS => Ok(true),
-            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            e => Err(Error::driver(e, "querying an event")),
-        }
+        unsafe { result::event_query(self.raw) }
     }
 
     /// Blocks until the recorded work has completed.
@@ -226,7 +182,7 @@ impl Event {
     pub(crate) fn sync_unchecked(&self) -> Result<()> {
         self.device.bind()?;
         // SAFETY: live event.
-        check(unsafe { sys::cuEventSynchronize(self.raw) }, "synchronizing an event")
+        unsafe { result::event_synchronize(self.raw) }
     }
 
     /// Milliseconds between `start` and `end`, both timing events that have completed.
@@ -260,12 +216,7 @@ impl Event {
         start.refuse_if_tagged("timing an event recorded inside a stream capture")?;
         end.refuse_if_tagged("timing an event recorded inside a stream capture")?;
         start.device.bind()?;
-        let mut ms = 0.0f32;
-        check(
-            // SAFETY: live events; valid out-pointer.
-            unsafe { sys::cuEventElapsedTime_v2(&mut ms, start.raw, end.raw) },
-            "reading elapsed time between events",
-        )?;
-        Ok(ms)
+        // SAFETY: live events.
+        unsafe { result::event_elapsed_time(start.raw, end.raw) }
     }
 }

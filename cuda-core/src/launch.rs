@@ -1,6 +1,7 @@
 //! Launching kernels: launch configuration, typed kernel arguments, and `Function::launch`.
 
-use crate::error::{check, Error, Result};
+use crate::driver::result;
+use crate::error::{Error, Result};
 use crate::memory::{ordered_on, Access, Allocation, DeviceBuffer, DeviceRepr};
 use crate::module::Function;
 use crate::stream::Stream;
@@ -292,29 +293,11 @@ impl Function {
                     // SAFETY: as for cuLaunchKernel below; `config` and the one attribute it
                     // points to live across the call; the caller guarantees the kernel waits for
                     // the earlier grid before touching memory (`launch_overlapped`).
-                    let res = unsafe {
-                        sys::cuLaunchKernelEx(&config, self.raw(), ptrs.as_mut_ptr(), std::ptr::null_mut())
-                    };
-                    return check(res, "launching a kernel (programmatic dependent launch)");
+                    return unsafe { result::launch_kernel_ex(&config, self.raw(), ptrs) };
                 }
                 // SAFETY: `ptrs` holds one valid pointer per parameter (KernelArgs contract); the
                 // caller guarantees they match the kernel's signature; the stream is live.
-                let res = unsafe {
-                    sys::cuLaunchKernel(
-                        self.raw(),
-                        g.0,
-                        g.1,
-                        g.2,
-                        b.0,
-                        b.1,
-                        b.2,
-                        cfg.shared_mem_bytes,
-                        stream.raw(),
-                        ptrs.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    )
-                };
-                check(res, "launching a kernel")
+                unsafe { result::launch_kernel(self.raw(), g, b, cfg.shared_mem_bytes, stream.raw(), ptrs) }
             };
             self.device().bind()?;
             if homes.iter().flatten().any(|(a, _)| a.home_stream().device() != stream.device()) {

@@ -53,7 +53,6 @@ pub mod driver;
 pub mod error;
 pub mod event;
 pub mod graph;
-mod keep;
 pub mod launch;
 pub mod memory;
 pub mod module;

@@ -1,7 +1,8 @@
 //! Loaded code: modules and the kernel functions in them. Launching them is in `launch.rs`.
 
 use crate::device::Device;
-use crate::error::{check, Error, Result};
+use crate::driver::result;
+use crate::error::{Error, Result};
 use cudarc::driver::sys;
 use std::ffi::CString;
 use std::sync::Arc;
@@ -27,8 +28,7 @@ impl Drop for ModuleInner {
         if self.device.synchronize().is_ok() {
             // SAFETY: we own the module; every launch from it has completed (synchronize above) and
             // no Function outlives this (each holds an Arc to us).
-            let res = unsafe { sys::cuModuleUnload(self.raw) };
-            crate::error::note_drop_error(res, "unloading a module");
+            crate::error::note_drop(unsafe { result::module_unload(self.raw) });
         }
     }
 }
@@ -104,10 +104,9 @@ impl CudaModule {
 
     fn load(device: &Device, image: &[u8]) -> Result<CudaModule> {
         device.bind()?;
-        let mut raw = std::ptr::null_mut();
         // SAFETY: `image` is a NUL-terminated PTX string or an aligned binary image that lives
-        // across the call; the driver copies what it needs.
-        check(unsafe { sys::cuModuleLoadData(&mut raw, image.as_ptr().cast()) }, "loading a module")?;
+        // across the call; the context is bound.
+        let raw = unsafe { result::module_load_data(image.as_ptr().cast()) }?;
         Ok(CudaModule { inner: Arc::new(ModuleInner { device: *device, raw }) })
     }
 
@@ -129,12 +128,8 @@ impl CudaModule {
         let c = CString::new(name)
             .map_err(|_| Error::InvalidArgument("kernel name contains a NUL byte".into()))?;
         self.inner.device.bind()?;
-        let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: live module; NUL-terminated name; valid out-pointer.
-            unsafe { sys::cuModuleGetFunction(&mut raw, self.inner.raw, c.as_ptr()) },
-            "looking up a kernel in a module",
-        )?;
+        // SAFETY: live module.
+        let raw = unsafe { result::module_get_function(self.inner.raw, &c) }?;
         Ok(Function { _module: self.inner.clone(), raw, device: self.inner.device })
     }
 
@@ -190,9 +185,7 @@ impl Function {
     /// # Errors
     /// Driver errors.
     pub fn attribute(&self, attr: FunctionAttribute) -> Result<i32> {
-        let mut v = 0;
-        // SAFETY: valid out-pointer and function.
-        check(unsafe { sys::cuFuncGetAttribute(&mut v, attr, self.raw) }, "reading a kernel attribute")?;
-        Ok(v)
+        // SAFETY: live function (its module is kept loaded by `self`).
+        unsafe { result::func_get_attribute(attr, self.raw) }
     }
 }

@@ -7,14 +7,14 @@
 //! Peer access is what `cuCtxEnablePeerAccess` gives: direct copies between the two devices
 //! (`cuMemcpyPeerAsync` over NVLink or PCIe without a host bounce). It does **not** let kernels of
 //! one device use buffers of another: this crate keeps refusing every cross-device kernel launch,
-//! library call and copy with [`Error::DeviceMismatch`], except the explicit peer copy
-//! ([`crate::DeviceBuffer::copy_from_peer`]), which orders both buffers' uses across the devices.
+//! library call and copy with [`Error::DeviceMismatch`](crate::error::Error::DeviceMismatch), except the explicit peer copy
+//! ([`crate::memory::DeviceBuffer::copy_from_peer`]), which orders both buffers' uses across the devices.
 //! The buffers of this crate come from stream-ordered memory pools, whose accessibility from other
 //! devices is governed by `cuMemPoolSetAccess`, never changed here.
 
 use crate::device::Device;
-use crate::error::{check, Error, Result};
-use cudarc::driver::sys;
+use crate::driver::result;
+use crate::error::Result;
 use std::collections::HashSet;
 use std::sync::Mutex;
 
@@ -22,7 +22,7 @@ use std::sync::Mutex;
 static ENABLED: Mutex<Option<HashSet<(usize, usize)>>> = Mutex::new(None);
 
 impl Device {
-    /// The number of CUDA devices (the same as [`crate::device_count`]).
+    /// The number of CUDA devices (the same as [`crate::driver::device_count`]).
     ///
     /// ```no_run
     /// # fn main() -> cuda_core::Result<()> {
@@ -31,7 +31,7 @@ impl Device {
     /// ```
     ///
     /// # Errors
-    /// [`Error::NoDriver`] without a driver; [`Error::NoDevice`] when the driver reports none;
+    /// [`Error::NoDriver`](crate::error::Error::NoDriver) without a driver; [`Error::NoDevice`](crate::error::Error::NoDevice) when the driver reports none;
     /// driver errors of `cuInit`.
     pub fn count() -> Result<usize> {
         crate::driver::device_count()
@@ -72,13 +72,7 @@ impl Device {
         if self == peer {
             return Ok(false);
         }
-        let mut can = 0;
-        check(
-            // SAFETY: valid out-pointer; both handles come from opened devices.
-            unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.cu_device(), peer.cu_device()) },
-            "asking whether a device can access a peer's memory",
-        )?;
-        Ok(can != 0)
+        result::device_can_access_peer(self.cu_device(), peer.cu_device())
     }
 
     /// Lets this device's context access `peer`'s memory (`cuCtxEnablePeerAccess`). Idempotent:
@@ -95,7 +89,7 @@ impl Device {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Driver`] with `CUDA_ERROR_PEER_ACCESS_UNSUPPORTED` when
+    /// [`Error::Driver`](crate::error::Error::Driver) with `CUDA_ERROR_PEER_ACCESS_UNSUPPORTED` when
     /// [`Device::can_access_peer`] is `false`, `CUDA_ERROR_TOO_MANY_PEERS` past the hardware limit;
     /// other driver errors.
     pub fn enable_peer_access(&self, peer: &Device) -> Result<()> {
@@ -109,15 +103,10 @@ impl Device {
         }
         self.bind()?;
         // SAFETY: this device's primary context is current; `peer`'s primary context is retained
-        // for the process; flags must be 0.
-        let res = unsafe { sys::cuCtxEnablePeerAccess(peer.cu_context(), 0) };
-        match res {
-            sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
-                enabled.get_or_insert_with(HashSet::new).insert(key);
-                Ok(())
-            }
-            e => Err(Error::driver(e, "enabling peer access between two devices")),
-        }
+        // for the process.
+        unsafe { result::ctx_enable_peer_access(peer.cu_context()) }?;
+        enabled.get_or_insert_with(HashSet::new).insert(key);
+        Ok(())
     }
 
     /// Whether [`Device::enable_peer_access`] succeeded for `self -> peer` in this process.

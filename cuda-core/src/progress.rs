@@ -2,7 +2,7 @@
 //! has completed, without a driver call per check.
 //!
 //! Each stream that asks for one gets a 64-bit **slot** in page-locked host memory mapped into the
-//! device. [`Stream::mark_progress`](crate::Stream::mark_progress) queues
+//! device. `Stream::mark_progress` queues
 //! `cuStreamWriteValue64(slot, n)` with the next number `n` of that slot and returns a
 //! [`ProgressMark`]; the GPU performs the write when all work queued before it on the stream has
 //! completed (the default write carries a system-scope memory fence). Checking a mark is then one
@@ -25,7 +25,8 @@
 //! after its stream is gone.
 
 use crate::device::{Device, DeviceAttribute};
-use crate::error::{check, Error, Result};
+use crate::driver::result;
+use crate::error::{Error, Result};
 use crate::per_device::PerDevice;
 use cudarc::driver::sys;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,7 +36,7 @@ use std::sync::Mutex;
 const SLOTS_PER_PAGE: usize = 4096 / 8;
 
 /// A point in a stream's work: reached once all work queued on the stream before
-/// [`Stream::mark_progress`](crate::Stream::mark_progress) has completed.
+/// `Stream::mark_progress` has completed.
 ///
 /// ```no_run
 /// # fn main() -> cuda_core::Result<()> {
@@ -112,13 +113,9 @@ impl Slot {
     /// holds that stream's enqueue lock and has checked that it is not being captured.
     pub(crate) unsafe fn issue(&self, raw: sys::CUstream) -> Result<ProgressMark> {
         let seq = self.issued.load(Ordering::Relaxed) + 1;
-        let flags = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
-        check(
-            // SAFETY: a live stream (caller's contract); `dptr` is the device address of our slot
-            // in mapped page-locked memory, which is never freed, and 8-byte aligned.
-            unsafe { sys::cuStreamWriteValue64_v2(raw, self.dptr, seq, flags) },
-            "marking stream progress",
-        )?;
+        // SAFETY: a live stream with its context bound (caller's contract); `dptr` is the device
+        // address of our slot in mapped page-locked memory, which is never freed, 8-byte aligned.
+        unsafe { result::stream_write_value64(raw, self.dptr, seq) }?;
         // Only after the write was queued: a failed enqueue leaves no number that never lands.
         self.issued.store(seq, Ordering::Relaxed);
         Ok(ProgressMark { slot: self.cell, seq })
@@ -189,21 +186,21 @@ impl SlotPool {
 /// A fresh page of zeroed slots, mapped into `device`'s address space. Never freed.
 fn new_page(device: &Device) -> Result<Vec<(&'static AtomicU64, sys::CUdeviceptr, u64)>> {
     device.bind()?;
-    let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
     let bytes = SLOTS_PER_PAGE * 8;
     let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-    // SAFETY: valid out-pointer; context bound.
-    check(unsafe { sys::cuMemHostAlloc(&mut host, bytes, flags) }, "allocating progress counters")?;
-    let mut dptr: sys::CUdeviceptr = 0;
-    // SAFETY: `host` was just allocated with DEVICEMAP; valid out-pointer; context bound.
-    let mapped =
-        check(unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dptr, host, 0) }, "mapping progress counters");
-    if let Err(e) = mapped {
-        // SAFETY: our allocation, never shared.
-        let res = unsafe { sys::cuMemFreeHost(host) };
-        crate::error::note_drop_error(res, "freeing unmapped progress counters");
-        return Err(e);
-    }
+    // SAFETY: the device's context is bound.
+    let host = unsafe { result::mem_host_alloc(bytes, flags, "allocating progress counters") }?;
+    // SAFETY: `host` was just allocated with DEVICEMAP; context bound.
+    let dptr = match unsafe { result::mem_host_get_device_pointer(host) } {
+        Ok(dptr) => dptr,
+        Err(e) => {
+            // SAFETY: our allocation, never shared, no transfer uses it.
+            crate::error::note_drop(unsafe {
+                result::mem_free_host(host, "freeing unmapped progress counters")
+            });
+            return Err(e);
+        }
+    };
     let cells = host.cast::<AtomicU64>();
     // SAFETY: `host` is a page-aligned allocation of `bytes` bytes that is never freed, so it may be
     // viewed as a `'static` array of `SLOTS_PER_PAGE` atomics; zero-initialise them before any

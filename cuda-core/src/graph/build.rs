@@ -9,10 +9,11 @@
 
 use super::Graph;
 use crate::device::Device;
-use crate::error::{check, Error, Result};
+use crate::driver::result;
+use crate::error::{Error, Result};
 use crate::event::Event;
-use crate::keep::KeepAlive;
 use crate::launch::{KernelArgs, LaunchConfig};
+use crate::memory::KeepAlive;
 use crate::memory::{Access, Allocation};
 use crate::memory::{DeviceBuffer, DeviceRepr};
 use crate::module::Function;
@@ -157,44 +158,10 @@ impl NodeAccessMap {
         if allocs.is_empty() {
             return Ok(map);
         }
-        let mut n = 0usize;
-        // SAFETY: live graph; a null array asks for the count.
-        check(unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n) }, "listing graph nodes")?;
-        let mut nodes = vec![std::ptr::null_mut(); n];
-        // SAFETY: `nodes` has room for `n` nodes.
-        check(unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n) }, "listing graph nodes")?;
-        nodes.truncate(n);
-        let mut e = 0usize;
-        check(
-            // SAFETY: live graph; null arrays ask for the edge count.
-            unsafe {
-                sys::cuGraphGetEdges_v2(
-                    graph,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    &mut e,
-                )
-            },
-            "listing graph edges",
-        )?;
-        let (mut from, mut to) = (vec![std::ptr::null_mut(); e], vec![std::ptr::null_mut(); e]);
-        if e > 0 {
-            check(
-                // SAFETY: both arrays have room for `e` edges.
-                unsafe {
-                    sys::cuGraphGetEdges_v2(
-                        graph,
-                        from.as_mut_ptr(),
-                        to.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                        &mut e,
-                    )
-                },
-                "listing graph edges",
-            )?;
-        }
-        from.truncate(e);
+        // SAFETY: live graph, not used concurrently (`&mut Graph`).
+        let nodes = unsafe { result::graph_get_nodes(graph, "listing graph nodes") }?;
+        // SAFETY: as above.
+        let (from, _to) = unsafe { result::graph_get_edges(graph) }?;
         let sinks: Vec<sys::CUgraphNode> = nodes.into_iter().filter(|nd| !from.contains(nd)).collect();
         let body = map.by_body.entry(0).or_default();
         for a in allocs {
@@ -240,12 +207,10 @@ impl Graph {
     /// # Errors
     /// Driver errors listing the nodes.
     pub fn nodes(&self) -> Result<Vec<Node>> {
-        let mut n = self.node_count()?;
+        let n = self.node_count()?;
         let _g = self.guard();
-        let mut raw = vec![std::ptr::null_mut(); n];
-        // SAFETY: `raw` has room for `n` nodes; the driver writes at most `n` and updates `n`.
-        check(unsafe { sys::cuGraphGetNodes(self.raw, raw.as_mut_ptr(), &mut n) }, "listing graph nodes")?;
-        raw.truncate(n);
+        // SAFETY: live graph, used under its lock.
+        let raw = unsafe { result::graph_get_nodes_up_to(self.raw, n, "listing graph nodes") }?;
         Ok(raw.into_iter().map(|raw| Node { raw, owner: (self.id, 0) }).collect())
     }
 
@@ -260,9 +225,8 @@ impl Graph {
 
 /// The type of `node`.
 pub(crate) fn node_type(node: &Node) -> Result<NodeType> {
-    let mut t = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
     // SAFETY: a live node (nodes are only handed out while their graph lives and is borrowed).
-    check(unsafe { sys::cuGraphNodeGetType(node.raw, &mut t) }, "reading a node type")?;
+    let t = unsafe { result::graph_node_get_type(node.raw) }?;
     Ok(NodeType::from_raw(t))
 }
 
@@ -288,16 +252,16 @@ impl<'g> GraphBody<'g> {
         Node { raw, owner: self.owner }
     }
 
+    /// Adds a node through `f` (one of the `driver::result::graph_add_*` calls, given the raw
+    /// dependencies, checked to belong to this body).
     fn add(
         &mut self,
         deps: &[Node],
-        during: &'static str,
-        f: impl FnOnce(*mut sys::CUgraphNode, *const sys::CUgraphNode, usize) -> sys::CUresult,
+        f: impl FnOnce(&[sys::CUgraphNode]) -> Result<sys::CUgraphNode>,
     ) -> Result<Node> {
         let deps = self.deps(deps)?;
         self.device.bind()?;
-        let mut raw = std::ptr::null_mut();
-        check(f(&mut raw, deps.as_ptr(), deps.len()), during)?;
+        let raw = f(&deps)?;
         Ok(self.node(raw))
     }
 
@@ -308,10 +272,9 @@ impl<'g> GraphBody<'g> {
         &mut self,
         deps: &[Node],
         uses: &[(usize, Access)],
-        during: &'static str,
-        f: impl FnOnce(*mut sys::CUgraphNode, *const sys::CUgraphNode, usize) -> sys::CUresult,
+        f: impl FnOnce(&[sys::CUgraphNode]) -> Result<sys::CUgraphNode>,
     ) -> Result<Node> {
-        let node = self.add(deps, during, f)?;
+        let node = self.add(deps, f)?;
         self.order_after_conflicts(node.raw, deps, uses)?;
         Ok(node)
     }
@@ -351,20 +314,10 @@ impl<'g> GraphBody<'g> {
                 self.access.implicit.insert((*b as usize, node as usize));
             }
             let to = vec![node; before.len()];
-            check(
-                // SAFETY: live graph; `before` and `node` are nodes of this body, the earlier ones
-                // added before `node` (so no cycle); equal lengths; no edge data.
-                unsafe {
-                    sys::cuGraphAddDependencies_v2(
-                        self.raw,
-                        before.as_ptr(),
-                        to.as_ptr(),
-                        std::ptr::null(),
-                        before.len(),
-                    )
-                },
-                "ordering a node after earlier uses of its buffers",
-            )?;
+            let during = "ordering a node after earlier uses of its buffers";
+            // SAFETY: live graph; `before` and `node` are nodes of this body, the earlier ones
+            // added before `node` (so no cycle); equal lengths.
+            unsafe { result::graph_add_dependencies(self.raw, &before, &to, during) }?;
         }
         for (key, kind) in uses {
             let u = map.entry(*key).or_default();
@@ -386,7 +339,7 @@ impl<'g> GraphBody<'g> {
     pub fn add_empty(&mut self, deps: &[Node]) -> Result<Node> {
         let g = self.raw;
         // SAFETY: live graph; `deps` are nodes of it (checked); valid out-pointer.
-        self.add(deps, "adding an empty node", |out, d, n| unsafe { sys::cuGraphAddEmptyNode(out, g, d, n) })
+        self.add(deps, |d| unsafe { result::graph_add_empty_node(g, d) })
     }
 
     /// Sets every element of `dst` to `value` (element sizes 1, 2 or 4 bytes).
@@ -424,9 +377,7 @@ impl<'g> GraphBody<'g> {
         let uses = [(key(dst.allocation()), Access::Write)];
         // SAFETY: live graph and context; the memset covers exactly `dst`'s elements, which stay
         // allocated while the graph can run (kept above).
-        self.add_using(deps, &uses, "adding a memset node", |out, d, n| unsafe {
-            sys::cuGraphAddMemsetNode(out, g, d, n, &p, ctx)
-        })
+        self.add_using(deps, &uses, |d| unsafe { result::graph_add_memset_node(g, d, &p, ctx) })
     }
 
     /// Copies `src` into `dst` (device to device; lengths must match).
@@ -479,14 +430,12 @@ impl<'g> GraphBody<'g> {
         let (g, ctx) = (self.raw, self.device.cu_context());
         let uses = [(key(src.allocation()), Access::Read), (key(dst.allocation()), Access::Write)];
         // SAFETY: live graph and context; both ranges are exactly size_bytes() and stay allocated.
-        self.add_using(deps, &uses, "adding a copy node", |out, d, n| unsafe {
-            sys::cuGraphAddMemcpyNode(out, g, d, n, &p, ctx)
-        })
+        self.add_using(deps, &uses, |d| unsafe { result::graph_add_memcpy_node(g, d, &p, ctx) })
     }
 
     /// Runs `f` on a driver thread each time the node is reached in a replay. `f` is owned by the
     /// graph and its executables, and released only after the last replay that can call it has
-    /// completed (see [`crate::GraphExec`]), so it never dangles. A panic inside it is caught (and
+    /// completed (see [`crate::graph::GraphExec`]), so it never dangles. A panic inside it is caught (and
     /// lost).
     ///
     /// # Safety
@@ -527,7 +476,7 @@ impl<'g> GraphBody<'g> {
         self.keep.add_extra(f);
         let g = self.raw;
         // SAFETY: live graph; the callback and its data outlive every replay (kept above).
-        self.add(deps, "adding a host node", |out, d, n| unsafe { sys::cuGraphAddHostNode(out, g, d, n, &p) })
+        self.add(deps, |d| unsafe { result::graph_add_host_node(g, d, &p) })
     }
 
     /// Embeds a copy of `child` (e.g. a captured graph) as one node. The child's buffers, closures
@@ -543,9 +492,7 @@ impl<'g> GraphBody<'g> {
         // The child may write anything it keeps.
         let uses: Vec<(usize, Access)> = child.keep.allocs.iter().map(|a| (key(a), Access::Write)).collect();
         // SAFETY: live graphs; the driver clones the child.
-        self.add_using(deps, &uses, "adding a child graph node", |out, d, n| unsafe {
-            sys::cuGraphAddChildGraphNode(out, g, d, n, c)
-        })
+        self.add_using(deps, &uses, |d| unsafe { result::graph_add_child_graph_node(g, d, c) })
     }
 
     /// Adds the work of `graph` (typically captured from one op): as a kernel node when it consists
@@ -559,21 +506,15 @@ impl<'g> GraphBody<'g> {
         let nodes = graph.nodes()?;
         if let [only] = nodes.as_slice() {
             if node_type(only)? == NodeType::Kernel {
-                let mut p: sys::CUDA_KERNEL_NODE_PARAMS = crate::zeroed::Zeroable::zeroed();
-                check(
-                    // SAFETY: a live kernel node of `graph`.
-                    unsafe { sys::cuGraphKernelNodeGetParams_v2(only.raw, &mut p) },
-                    "reading kernel node parameters",
-                )?;
+                // SAFETY: a live kernel node of `graph`.
+                let p = unsafe { result::graph_kernel_node_get_params(only.raw) }?;
                 self.keep.merge(&graph.keep);
                 let g = self.raw;
                 let uses: Vec<(usize, Access)> =
                     graph.keep.allocs.iter().map(|a| (key(a), Access::Write)).collect();
                 // SAFETY: live graph; `p` describes a kernel node of the same device whose parameter
                 // values the driver copies; the memory they refer to is kept alive (merged above).
-                return self.add_using(deps, &uses, "adding a kernel node", |out, d, n| unsafe {
-                    sys::cuGraphAddKernelNode_v2(out, g, d, n, &p)
-                });
+                return self.add_using(deps, &uses, |d| unsafe { result::graph_add_kernel_node(g, d, &p) });
             }
         }
         self.add_child(graph, deps)
@@ -587,9 +528,7 @@ impl<'g> GraphBody<'g> {
         self.keep.add_extra(event.clone());
         let (g, e) = (self.raw, event.raw());
         // SAFETY: live graph and event (kept above).
-        self.add(deps, "adding an event record node", |out, d, n| unsafe {
-            sys::cuGraphAddEventRecordNode(out, g, d, n, e)
-        })
+        self.add(deps, |d| unsafe { result::graph_add_event_record_node(g, d, e) })
     }
 
     /// Waits for `event` before the node's dependents run (the event is kept alive by the graph).
@@ -600,9 +539,7 @@ impl<'g> GraphBody<'g> {
         self.keep.add_extra(event.clone());
         let (g, e) = (self.raw, event.raw());
         // SAFETY: live graph and event (kept above).
-        self.add(deps, "adding an event wait node", |out, d, n| unsafe {
-            sys::cuGraphAddEventWaitNode(out, g, d, n, e)
-        })
+        self.add(deps, |d| unsafe { result::graph_add_event_wait_node(g, d, e) })
     }
 
     /// A kernel node launching `f` with `cfg` and `args`. Buffers among `args` are kept alive by
@@ -652,9 +589,7 @@ impl<'g> GraphBody<'g> {
             p.kernelParams = ptrs.as_mut_ptr();
             // SAFETY: live graph; the parameter values are copied by the driver during the call;
             // the caller upholds the kernel contract.
-            self.add_using(deps, &uses, "adding a kernel node", |out, d, n| unsafe {
-                sys::cuGraphAddKernelNode_v2(out, g, d, n, &p)
-            })
+            self.add_using(deps, &uses, |d| unsafe { result::graph_add_kernel_node(g, d, &p) })
         })
     }
 
@@ -674,9 +609,7 @@ impl<'g> GraphBody<'g> {
         p.bytesize = bytes;
         let g = self.raw;
         // SAFETY: live graph; valid params; the driver writes the address into `p.dptr`.
-        let node = self.add(deps, "adding a mem-alloc node", |out, d, n| unsafe {
-            sys::cuGraphAddMemAllocNode(out, g, d, n, &mut p)
-        })?;
+        let node = self.add(deps, |d| unsafe { result::graph_add_mem_alloc_node(g, d, &mut p) })?;
         Ok((node, GraphMem { ptr: p.dptr, bytes }))
     }
 
@@ -688,9 +621,7 @@ impl<'g> GraphBody<'g> {
     pub fn add_mem_free(&mut self, mem: GraphMem, deps: &[Node]) -> Result<Node> {
         let g = self.raw;
         // SAFETY: live graph; the driver validates that `mem` was allocated by a node of this graph.
-        self.add(deps, "adding a mem-free node", |out, d, n| unsafe {
-            sys::cuGraphAddMemFreeNode(out, g, d, n, mem.ptr)
-        })
+        self.add(deps, |d| unsafe { result::graph_add_mem_free_node(g, d, mem.ptr) })
     }
 
     /// Adds edges: each `to[i]` depends on `from[i]`.
@@ -721,12 +652,7 @@ impl<'g> GraphBody<'g> {
             return Ok(());
         }
         // SAFETY: live graph; nodes of it (checked); equal lengths.
-        check(
-            unsafe {
-                sys::cuGraphAddDependencies_v2(self.raw, f.as_ptr(), t.as_ptr(), std::ptr::null(), f.len())
-            },
-            "adding graph dependencies",
-        )
+        unsafe { result::graph_add_dependencies(self.raw, &f, &t, "adding graph dependencies") }
     }
 
     fn check_device(&self, d: &Device) -> Result<()> {
@@ -760,24 +686,8 @@ fn ancestors_among(
                 break;
             }
         }
-        let mut k = 0usize;
-        check(
-            // SAFETY: a live node of the graph being built; a null array asks for the count.
-            unsafe {
-                sys::cuGraphNodeGetDependencies_v2(n, std::ptr::null_mut(), std::ptr::null_mut(), &mut k)
-            },
-            "reading node dependencies",
-        )?;
-        if k == 0 {
-            continue;
-        }
-        let mut deps = vec![std::ptr::null_mut(); k];
-        check(
-            // SAFETY: `deps` has room for `k` nodes.
-            unsafe { sys::cuGraphNodeGetDependencies_v2(n, deps.as_mut_ptr(), std::ptr::null_mut(), &mut k) },
-            "reading node dependencies",
-        )?;
-        deps.truncate(k);
+        // SAFETY: a live node of the graph being built.
+        let deps = unsafe { result::graph_node_get_dependencies(n) }?;
         stack.extend(deps);
     }
     Ok(found)

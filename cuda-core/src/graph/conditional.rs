@@ -10,7 +10,8 @@
 //! [`KernelParam`]) to kernels built with the device runtime.
 
 use super::build::{GraphBody, Node};
-use crate::error::{check, Error, Result};
+use crate::driver::result;
+use crate::error::{Error, Result};
 use crate::launch::{KernelParam, LaunchConfig};
 use crate::memory::DeviceBuffer;
 use crate::module::{CudaModule, Function};
@@ -51,9 +52,9 @@ unsafe impl KernelParam for Conditional {
     }
 }
 
-fn set_conditional_function(device: &crate::Device) -> Result<Function> {
+fn set_conditional_function(device: &crate::device::Device) -> Result<Function> {
     // The module must outlive every graph that uses it: kept (with the function) for the process.
-    static F: crate::PerDevice<Function> = crate::PerDevice::new();
+    static F: crate::per_device::PerDevice<Function> = crate::per_device::PerDevice::new();
     F.get_or_try_init(device, || {
         CudaModule::from_cubin(device, SET_CONDITIONAL_FATBIN)?.function("cuda_async_set_conditional")
     })
@@ -61,7 +62,7 @@ fn set_conditional_function(device: &crate::Device) -> Result<Function> {
 }
 
 fn require_driver() -> Result<()> {
-    let v = crate::driver_version()?;
+    let v = crate::driver::driver_version()?;
     if v < (12, 4) {
         return Err(Error::InvalidArgument(format!(
             "conditional graph nodes need a CUDA 12.4 or newer driver; this one supports CUDA {}.{}",
@@ -85,20 +86,10 @@ impl<'g> GraphBody<'g> {
             Some(v) => (v as u32, sys::CU_GRAPH_COND_ASSIGN_DEFAULT),
             None => (0, 0),
         };
-        let mut handle = 0;
-        check(
-            // SAFETY: live graph and context; valid out-pointer.
-            unsafe {
-                sys::cuGraphConditionalHandleCreate(
-                    &mut handle,
-                    self.raw,
-                    self.device.cu_context(),
-                    value,
-                    flags,
-                )
-            },
-            "creating a conditional handle",
-        )?;
+        // SAFETY: live graph (borrowed mutably through this body) and context.
+        let handle = unsafe {
+            result::graph_conditional_handle_create(self.raw, self.device.cu_context(), value, flags)
+        }?;
         Ok(Conditional { handle, owner: self.owner })
     }
 
@@ -164,21 +155,8 @@ impl<'g> GraphBody<'g> {
             phGraph_out: std::ptr::null_mut(),
             ctx: self.device.cu_context(),
         };
-        let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: live graph; `deps_raw` are nodes of it; `p` is a valid conditional description.
-            unsafe {
-                sys::cuGraphAddNode_v2(
-                    &mut raw,
-                    self.raw,
-                    deps_raw.as_ptr(),
-                    std::ptr::null(),
-                    deps_raw.len(),
-                    &mut p,
-                )
-            },
-            "adding a conditional node",
-        )?;
+        // SAFETY: live graph; `deps_raw` are nodes of it; `p` is a valid conditional description.
+        let raw = unsafe { result::graph_add_conditional_node(self.raw, &deps_raw, &mut p) }?;
         // SAFETY: on success the driver set `phGraph_out` to its array of `size == 1` body graphs,
         // owned by the node (alive as long as the graph).
         let body_graph = unsafe {

@@ -1,7 +1,8 @@
 //! Graph pictures: DOT export through the driver.
 
 use super::Graph;
-use crate::error::{check, Error, Result};
+use crate::driver::result;
+use crate::error::{Error, Result};
 use cudarc::driver::sys;
 use std::ffi::CString;
 use std::path::Path;
@@ -19,6 +20,6 @@ impl Graph {
         let flags =
             if verbose { sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE as u32 } else { 0 };
         // SAFETY: live graph; NUL-terminated path.
-        check(unsafe { sys::cuGraphDebugDotPrint(self.raw, c.as_ptr(), flags) }, "writing a DOT file")
+        unsafe { result::graph_debug_dot_print(self.raw, &c, flags) }
     }
 }

@@ -1,29 +1,20 @@
 //! Graph memory: the device's pool for the memory of mem-alloc nodes (usage, high-water marks,
 //! trimming).
 
-use crate::error::{check, Result};
+use crate::driver::result;
+use crate::error::Result;
 use cudarc::driver::sys;
 
-impl crate::Device {
+impl crate::device::Device {
     /// Usage of the device's graph memory pool (memory of mem-alloc nodes), in bytes.
     ///
     /// # Errors
     /// Driver errors reading the attributes.
-    pub fn graph_mem_stats(&self) -> Result<crate::PoolStats> {
+    pub fn graph_mem_stats(&self) -> Result<crate::memory::PoolStats> {
         use sys::CUgraphMem_attribute::*;
-        let get = |attr| -> Result<u64> {
-            let mut v = 0u64;
-            check(
-                // SAFETY: these attributes are cuuint64_t; valid out-pointer and device.
-                unsafe {
-                    sys::cuDeviceGetGraphMemAttribute(self.cu_device(), attr, (&mut v as *mut u64).cast())
-                },
-                "reading graph memory usage",
-            )?;
-            Ok(v)
-        };
+        let get = |attr| result::device_get_graph_mem_attribute(self.cu_device(), attr);
         self.bind()?;
-        Ok(crate::PoolStats {
+        Ok(crate::memory::PoolStats {
             used_current: get(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)?,
             used_high: get(CU_GRAPH_MEM_ATTR_USED_MEM_HIGH)?,
             reserved_current: get(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT)?,
@@ -39,14 +30,7 @@ impl crate::Device {
         use sys::CUgraphMem_attribute::*;
         self.bind()?;
         for attr in [CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH] {
-            let mut zero = 0u64;
-            check(
-                // SAFETY: these attributes take a cuuint64_t that must be 0 (reset).
-                unsafe {
-                    sys::cuDeviceSetGraphMemAttribute(self.cu_device(), attr, (&mut zero as *mut u64).cast())
-                },
-                "resetting graph memory high-water marks",
-            )?;
+            result::device_reset_graph_mem_attribute(self.cu_device(), attr)?;
         }
         Ok(())
     }
@@ -57,7 +41,6 @@ impl crate::Device {
     /// Driver errors.
     pub fn graph_mem_trim(&self) -> Result<()> {
         self.bind()?;
-        // SAFETY: valid device.
-        check(unsafe { sys::cuDeviceGraphMemTrim(self.cu_device()) }, "trimming graph memory")
+        result::device_graph_mem_trim(self.cu_device())
     }
 }

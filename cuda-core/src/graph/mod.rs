@@ -7,9 +7,10 @@
 //! other use, so it is ordered with every other access to them and with their final free.
 
 use crate::device::Device;
-use crate::error::{check, Error, Result};
+use crate::driver::result;
+use crate::error::{Error, Result};
 use crate::event::{Event, PooledEvent};
-use crate::keep::KeepAlive;
+use crate::memory::KeepAlive;
 use crate::memory::{ordered, Access, Allocation, InCapture};
 use crate::stream::Stream;
 use cudarc::driver::sys;
@@ -100,13 +101,9 @@ impl KernelNode {
     ///
     /// # Errors
     /// Driver errors reading the node.
-    pub unsafe fn launches(&self, function: &crate::Function) -> Result<bool> {
-        let mut params: sys::CUDA_KERNEL_NODE_PARAMS = crate::zeroed::Zeroable::zeroed();
-        check(
-            // SAFETY: the caller guarantees the node is alive.
-            unsafe { sys::cuGraphKernelNodeGetParams_v2(self.0, &mut params) },
-            "reading kernel node parameters",
-        )?;
+    pub unsafe fn launches(&self, function: &crate::module::Function) -> Result<bool> {
+        // SAFETY: the caller guarantees the node is alive.
+        let params = unsafe { result::graph_kernel_node_get_params(self.0) }?;
         Ok(params.func == function.raw())
     }
 }
@@ -158,8 +155,7 @@ unsafe impl Sync for Graph {}
 impl Drop for Graph {
     fn drop(&mut self) {
         // SAFETY: we own the graph; executable graphs made from it are independent of it.
-        let res = unsafe { sys::cuGraphDestroy(self.raw) };
-        crate::error::note_drop_error(res, "destroying a graph");
+        crate::error::note_drop(unsafe { result::graph_destroy(self.raw) });
     }
 }
 
@@ -177,9 +173,7 @@ impl Graph {
     /// Driver errors creating the graph.
     pub fn new(device: &Device) -> Result<Graph> {
         device.bind()?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; flags must be 0.
-        check(unsafe { sys::cuGraphCreate(&mut raw, 0) }, "creating a graph")?;
+        let raw = result::graph_create()?;
         Ok(Graph {
             raw,
             device: *device,
@@ -216,13 +210,8 @@ impl Graph {
     /// Driver errors.
     pub fn node_count(&self) -> Result<usize> {
         let _g = self.guard();
-        let mut n = 0usize;
-        check(
-            // SAFETY: a null node array asks for the count only.
-            unsafe { sys::cuGraphGetNodes(self.raw, std::ptr::null_mut(), &mut n) },
-            "counting graph nodes",
-        )?;
-        Ok(n)
+        // SAFETY: live graph, used under its lock.
+        unsafe { result::graph_node_count(self.raw, "counting graph nodes") }
     }
 
     /// Instantiates an executable graph. With [`InstantiateFlags::UPLOAD`], use
@@ -251,12 +240,8 @@ impl Graph {
         }
         self.device.bind()?;
         let _g = self.guard();
-        let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: live graph; valid out-pointer.
-            unsafe { sys::cuGraphInstantiateWithFlags(&mut raw, self.raw, flags.0) },
-            "instantiating a graph",
-        )?;
+        // SAFETY: live graph, used under its lock.
+        let raw = unsafe { result::graph_instantiate(self.raw, flags.0) }?;
         let keep = Arc::new(self.keep.clone());
         Ok(GraphExec { raw, device: self.device, keep, lock: Mutex::new(ExecState { last: None }) })
     }
@@ -337,8 +322,7 @@ impl Drop for GraphExec {
     fn drop(&mut self) {
         if self.device.bind().is_ok() {
             // SAFETY: we own it; the driver completes an in-flight launch before freeing it.
-            let res = unsafe { sys::cuGraphExecDestroy(self.raw) };
-            crate::error::note_drop_error(res, "destroying an executable graph");
+            crate::error::note_drop(unsafe { result::graph_exec_destroy(self.raw) });
         }
         let last = self.lock.get_mut().unwrap_or_else(|e| e.into_inner()).last.take();
         if let Some(ev) = last {
@@ -366,9 +350,9 @@ impl GraphExec {
         self.device.bind()?;
         let _g = self.state();
         let state = stream.lock();
-        crate::capture::refuse_if_capturing(&state, "uploading a graph on a stream being captured")?;
-        // SAFETY: live graph exec and stream.
-        check(unsafe { sys::cuGraphUpload(self.raw, stream.raw()) }, "uploading a graph")
+        crate::stream::state::refuse_if_capturing(&state, "uploading a graph on a stream being captured")?;
+        // SAFETY: live graph exec and stream, used under the exec's lock; context bound.
+        unsafe { result::graph_upload(self.raw, stream.raw()) }
     }
 
     /// The allocations the executable graph keeps alive.
@@ -426,7 +410,7 @@ impl GraphExec {
             || {
                 // SAFETY: live handles; every address in the graph belongs to an allocation in
                 // `self.keep`, which outlives every replay (see the type docs).
-                check(unsafe { sys::cuGraphLaunch(self.raw, stream.raw()) }, "launching a graph")?;
+                unsafe { result::graph_launch(self.raw, stream.raw()) }?;
                 if let (Some(ev), false) = (&ev, captured.get()) {
                     match ev.record_unchecked(stream) {
                         Ok(()) => recorded.set(true),
@@ -454,11 +438,10 @@ impl GraphExec {
     /// Driver errors other than the refusal, which is `Ok(ExecUpdate::Refused { .. })`.
     pub fn update(&mut self, graph: &Graph) -> Result<ExecUpdate> {
         self.device.bind()?;
-        let mut info: sys::CUgraphExecUpdateResultInfo = crate::zeroed::Zeroable::zeroed();
-        // SAFETY: live handles; valid out-pointer.
-        let res = unsafe { sys::cuGraphExecUpdate_v2(self.raw, graph.raw, &mut info) };
-        match res {
-            sys::CUresult::CUDA_SUCCESS => {
+        // SAFETY: live handles; `&mut self` excludes concurrent use of the executable graph and
+        // the template graph's mutation needs `&mut`.
+        match unsafe { result::graph_exec_update(self.raw, graph.raw) }? {
+            None => {
                 let mut keep = graph.keep.clone();
                 for st in &self.keep.serial {
                     keep.add_serial(st);
@@ -470,16 +453,15 @@ impl GraphExec {
                 }
                 Ok(ExecUpdate::Updated)
             }
-            sys::CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE => {
+            Some(info) => {
                 let node_type = (!info.errorNode.is_null()).then(|| {
-                    let mut ty = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
                     // SAFETY: a node of `graph` or of this executable's graph, named by the driver.
-                    unsafe { sys::cuGraphNodeGetType(info.errorNode, &mut ty) };
+                    let ty = unsafe { result::graph_node_get_type(info.errorNode) }
+                        .unwrap_or(sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY);
                     format!("{ty:?}")
                 });
                 Ok(ExecUpdate::Refused { reason: format!("{:?}", info.result), node_type })
             }
-            e => Err(Error::driver(e, "updating an executable graph")),
         }
     }
 
@@ -493,7 +475,7 @@ impl GraphExec {
     /// `node` must be a kernel node of the graph this executable was instantiated from (or updated
     /// to), that graph must still be alive, and `params` must be `node`'s snapshot. The kernel must
     /// stay in bounds with the new value (never change a length or a pointer this way).
-    pub unsafe fn set_kernel_param<T: crate::DeviceRepr>(
+    pub unsafe fn set_kernel_param<T: crate::memory::DeviceRepr>(
         &self,
         node: KernelNode,
         params: &KernelNodeParams,
@@ -533,10 +515,7 @@ impl GraphExec {
         raw.extra = std::ptr::null_mut();
         // SAFETY: live handles; `ptrs` holds one pointer per parameter (the snapshot's, into the
         // live template graph, plus `value`), all alive across the call, which copies the values.
-        check(
-            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.raw, node.0, &raw) },
-            "setting kernel node parameters",
-        )
+        unsafe { result::graph_exec_kernel_node_set_params(self.raw, node.0, &raw) }
     }
 }
 
@@ -563,12 +542,8 @@ impl KernelNode {
     /// # Errors
     /// [`Error::InvalidArgument`] for a node without a parameter array; driver errors.
     pub unsafe fn read_params(&self) -> Result<KernelNodeParams> {
-        let mut raw: sys::CUDA_KERNEL_NODE_PARAMS = crate::zeroed::Zeroable::zeroed();
-        check(
-            // SAFETY: the caller guarantees the node is alive.
-            unsafe { sys::cuGraphKernelNodeGetParams_v2(self.0, &mut raw) },
-            "reading kernel node parameters",
-        )?;
+        // SAFETY: the caller guarantees the node is alive.
+        let raw = unsafe { result::graph_kernel_node_get_params(self.0) }?;
         if raw.kernelParams.is_null() {
             return Err(Error::InvalidArgument("the kernel node has no parameter array".into()));
         }
@@ -584,13 +559,9 @@ impl KernelNode {
 /// last parameter).
 fn param_sizes(func: sys::CUfunction) -> Vec<usize> {
     let mut sizes = Vec::new();
-    loop {
-        let (mut offset, mut size) = (0usize, 0usize);
-        // SAFETY: a live function handle; valid out-pointers.
-        let res = unsafe { sys::cuFuncGetParamInfo(func, sizes.len(), &mut offset, &mut size) };
-        if res != sys::CUresult::CUDA_SUCCESS {
-            return sizes;
-        }
+    // SAFETY: a live function handle.
+    while let Some(size) = unsafe { result::func_get_param_size(func, sizes.len()) } {
         sizes.push(size);
     }
+    sizes
 }

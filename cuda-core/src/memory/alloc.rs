@@ -2,12 +2,11 @@
 
 use super::access::AccessState;
 use super::pool::MemPool;
-use crate::capture;
-use crate::event::PooledEvent;
+use crate::stream::state::{defer_free, free_after};
 use crate::stream::Stream;
 use cudarc::driver::sys;
 
-/// One device allocation with its home stream. A [`crate::DeviceBuffer`] holds it in an `Arc`;
+/// One device allocation with its home stream. A [`crate::memory::DeviceBuffer`] holds it in an `Arc`;
 /// executable graphs hold further `Arc`s of every allocation their nodes use, so the memory lives
 /// as long as any graph that can touch it. The last owner frees it stream-ordered on the home
 /// stream (every use on another stream has been joined back to it), or, if the home stream is
@@ -61,7 +60,7 @@ impl Drop for Allocation {
         let mut state = self.stream.lock();
         let access = std::mem::take(&mut *self.access());
         let waits: Vec<_> = access.all_marks().cloned().collect();
-        let Some(waits) = capture::defer_free(&mut state, self.ptr, waits) else {
+        let Some(waits) = defer_free(&mut state, self.ptr, waits) else {
             return;
         };
         if self.stream.device().bind().is_ok() {
@@ -69,31 +68,4 @@ impl Drop for Allocation {
             free_after(self.stream.raw(), self.ptr, &waits);
         }
     }
-}
-
-/// Frees `ptr` on `stream` after the events `waits` (uses on other streams) have completed; see
-/// [`free_raw`]. If a wait cannot be queued, the memory is leaked rather than freed early.
-pub(crate) fn free_after(
-    stream: sys::CUstream,
-    ptr: sys::CUdeviceptr,
-    waits: &[std::sync::Arc<PooledEvent>],
-) {
-    for ev in waits {
-        // SAFETY: live stream (its lock is held by the caller) and live event.
-        let res = unsafe { sys::cuStreamWaitEvent(stream, ev.raw(), 0) };
-        if res != sys::CUresult::CUDA_SUCCESS {
-            crate::error::note_drop_error(res, "ordering a free after a use on another stream (leaked)");
-            return;
-        }
-    }
-    free_raw(stream, ptr);
-}
-
-/// Frees `ptr` stream-ordered on `stream` (whose lock the caller holds, with the context bound);
-/// errors cannot be reported from drop paths and are counted (`crate::error::drop_errors`).
-pub(crate) fn free_raw(stream: sys::CUstream, ptr: sys::CUdeviceptr) {
-    // SAFETY: the caller owns `ptr`, allocated stream-ordered on this device; the free is queued
-    // after every use queued on (or joined to) `stream`.
-    let res = unsafe { sys::cuMemFreeAsync(ptr, stream) };
-    crate::error::note_drop_error(res, "freeing device memory (stream-ordered)");
 }

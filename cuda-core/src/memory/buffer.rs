@@ -6,7 +6,8 @@ use super::order::{ordered_on, ordered_with, InCapture};
 use super::pool::MemPool;
 use super::repr::DeviceRepr;
 use crate::device::Device;
-use crate::error::{check, Error, Result};
+use crate::driver::result;
+use crate::error::{Error, Result};
 use crate::stream::Stream;
 use cudarc::driver::sys;
 use std::marker::PhantomData;
@@ -111,19 +112,19 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         if bytes > 0 {
             stream.device().bind()?;
             let state = stream.lock();
-            crate::capture::refuse_if_capturing(
+            crate::stream::state::refuse_if_capturing(
                 &state,
                 "allocating device memory on a stream being captured",
             )?;
-            // SAFETY: valid out-pointer, live stream (and pool) of the bound context.
+            // SAFETY: live stream (and pool) of the bound context.
             let res = unsafe {
                 match &pool {
-                    Some(p) => sys::cuMemAllocFromPoolAsync(&mut ptr, bytes, p.raw(), stream.raw()),
-                    None => sys::cuMemAllocAsync(&mut ptr, bytes, stream.raw()),
+                    Some(p) => result::mem_alloc_from_pool_async(bytes, p.raw(), stream.raw()),
+                    None => result::mem_alloc_async(bytes, stream.raw()),
                 }
             };
             drop(state);
-            check(res, "allocating device memory (stream-ordered)")?;
+            ptr = res?;
         }
         let alloc = Arc::new(Allocation::new(ptr, stream.clone(), pool));
         Ok(DeviceBuffer { ptr, len, alloc, _marker: PhantomData })
@@ -280,10 +281,15 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         ordered_with(stream, &[(&self.alloc, Access::Write)], refuse, || {
             // SAFETY: `data` is a live slice of exactly size_bytes() bytes; for pageable memory the
             // driver stages it before returning. The destination is our allocation.
-            let res = unsafe {
-                sys::cuMemcpyHtoDAsync_v2(self.ptr, data.as_ptr().cast(), self.size_bytes(), stream.raw())
-            };
-            check(res, "copying host to device")
+            unsafe {
+                result::memcpy_htod_async(
+                    self.ptr,
+                    data.as_ptr().cast(),
+                    self.size_bytes(),
+                    stream.raw(),
+                    "copying host to device",
+                )
+            }
         })
     }
 
@@ -324,9 +330,15 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         let queued = ordered_with(stream, &[(&self.alloc, Access::Read)], refuse, || {
             // SAFETY: the caller guarantees `out` is writable for size_bytes() bytes; we synchronize
             // below before returning, so the driver's write is complete when the caller resumes.
-            let res =
-                unsafe { sys::cuMemcpyDtoHAsync_v2(out.cast(), self.ptr, self.size_bytes(), stream.raw()) };
-            check(res, "copying device to host")
+            unsafe {
+                result::memcpy_dtoh_async(
+                    out.cast(),
+                    self.ptr,
+                    self.size_bytes(),
+                    stream.raw(),
+                    "copying device to host",
+                )
+            }
         });
         // Wait outside the locks (other threads' uses need not wait for our host wait), and only if
         // the copy was queued: `out` must not be released while the driver may still write into it.
@@ -386,9 +398,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         ordered_on(stream, &[(&self.alloc, Access::Write), (&src.alloc, Access::Read)], || {
             // SAFETY: two distinct live allocations (`&mut self` excludes aliasing `src`) of
             // size_bytes() bytes each; ordering against both home streams is handled above.
-            let res =
-                unsafe { sys::cuMemcpyDtoDAsync_v2(self.ptr, src.ptr, self.size_bytes(), stream.raw()) };
-            check(res, "copying device to device")
+            unsafe { result::memcpy_dtod_async(self.ptr, src.ptr, self.size_bytes(), stream.raw()) }
         })
     }
 
@@ -405,8 +415,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         stream.device().bind()?;
         ordered_on(stream, &[(&self.alloc, Access::Write)], || {
             // SAFETY: our allocation of size_bytes() bytes.
-            let res = unsafe { sys::cuMemsetD8Async(self.ptr, 0, self.size_bytes(), stream.raw()) };
-            check(res, "memset")
+            unsafe { result::memset_d8_async(self.ptr, 0, self.size_bytes(), stream.raw(), "memset") }
         })
     }
 
@@ -425,29 +434,40 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         ordered_on(stream, &[(&self.alloc, Access::Write)], || {
             // SAFETY: (all arms) writes exactly len elements of size_of::<T>() bytes inside our
             // allocation; reading `value`'s bytes as an integer of the same size is sound for POD.
-            let res = unsafe {
+            unsafe {
                 match size_of::<T>() {
-                    1 => sys::cuMemsetD8Async(ptr, std::mem::transmute_copy::<T, u8>(&value), len, s),
-                    2 => sys::cuMemsetD16Async(ptr, std::mem::transmute_copy::<T, u16>(&value), len, s),
-                    4 => sys::cuMemsetD32Async(ptr, std::mem::transmute_copy::<T, u32>(&value), len, s),
+                    1 => result::memset_d8_async(
+                        ptr,
+                        std::mem::transmute_copy::<T, u8>(&value),
+                        len,
+                        s,
+                        "fill",
+                    ),
+                    2 => result::memset_d16_async(
+                        ptr,
+                        std::mem::transmute_copy::<T, u16>(&value),
+                        len,
+                        s,
+                        "fill",
+                    ),
+                    4 => result::memset_d32_async(
+                        ptr,
+                        std::mem::transmute_copy::<T, u32>(&value),
+                        len,
+                        s,
+                        "fill",
+                    ),
                     8 => {
                         // Two strided 32-bit memsets: the low words, then the high words.
                         let bits = std::mem::transmute_copy::<T, u64>(&value);
-                        let lo = sys::cuMemsetD2D32Async(ptr, 8, bits as u32, 1, len, s);
-                        if lo != sys::CUresult::CUDA_SUCCESS {
-                            lo
-                        } else {
-                            sys::cuMemsetD2D32Async(ptr + 4, 8, (bits >> 32) as u32, 1, len, s)
-                        }
+                        result::memset_d2d32_async(ptr, 8, bits as u32, 1, len, s, "fill")?;
+                        result::memset_d2d32_async(ptr + 4, 8, (bits >> 32) as u32, 1, len, s, "fill")
                     }
-                    n => {
-                        return Err(Error::InvalidArgument(format!(
-                            "fill supports element sizes 1, 2, 4 and 8 bytes, not {n}"
-                        )))
-                    }
+                    n => Err(Error::InvalidArgument(format!(
+                        "fill supports element sizes 1, 2, 4 and 8 bytes, not {n}"
+                    ))),
                 }
-            };
-            check(res, "fill")
+            }
         })
     }
 }

@@ -12,18 +12,20 @@
 mod access;
 mod alloc;
 mod buffer;
+mod keep;
 mod order;
 mod peer_copy;
 mod pinned;
 mod pool;
 mod repr;
+mod stream_ops;
 
 pub use access::Access;
-pub(crate) use alloc::free_after;
 pub use alloc::Allocation;
 pub use buffer::DeviceBuffer;
+pub(crate) use keep::KeepAlive;
 pub(crate) use order::ordered_on;
-pub(crate) use order::{join_unchecked, ordered, InCapture};
+pub(crate) use order::{ordered, InCapture};
 #[cfg(feature = "nccl")]
 pub(crate) use order::{ordered_group, GroupPart};
 #[doc(hidden)]

@@ -24,15 +24,16 @@
 //! cross-stream wait would fork the capture); every replay of the graph is then ordered as a write
 //! of each allocation it keeps. Work on a stream that another thread is capturing, or that uses a
 //! buffer whose home stream is being captured from another stream, is refused with
-//! [`crate::Error::Capture`].
+//! [`crate::error::Error::Capture`].
 
 use super::access::{Access, Mark};
 use super::alloc::Allocation;
-use crate::capture::{keep_allocs, Locked, Mode};
+use super::keep::KeepAlive;
 use crate::error::{Error, Result};
 use crate::event::{Event, PooledEvent};
-use crate::keep::KeepAlive;
+use crate::stream::state::{Locked, Mode};
 use crate::stream::Stream;
+use std::any::Any;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -95,7 +96,7 @@ pub(crate) fn ordered_with<R, U: UseRef>(
         uses,
         &[],
         in_capture,
-        |keep| keep_allocs(keep, &uses.iter().filter_map(|u| u.get().map(|(a, _)| a)).collect::<Vec<_>>()),
+        |keep| keep.add_allocs(&uses.iter().filter_map(|u| u.get().map(|(a, _)| a)).collect::<Vec<_>>()),
         enqueue,
     )
 }
@@ -183,8 +184,10 @@ pub(crate) fn ordered<R, U: UseRef>(
     out
 }
 
+/// The capture branch of [`ordered`]: `k` is the capture's keep-alive set (type-erased in the
+/// stream's state, see `KeepAlive::of_capture`).
 fn captured<R>(
-    k: &mut KeepAlive,
+    k: &mut (dyn Any + Send),
     in_capture: InCapture,
     keep: impl FnOnce(&mut KeepAlive),
     enqueue: impl FnOnce() -> Result<R>,
@@ -192,7 +195,7 @@ fn captured<R>(
     match in_capture {
         InCapture::Refuse(what) => Err(Error::Capture(what)),
         InCapture::Record => {
-            keep(k);
+            keep(KeepAlive::of_capture(k)?);
             enqueue()
         }
     }

@@ -10,7 +10,7 @@
 //! Three paths, chosen per call ([`PeerPath`]):
 //! - **same device**: a plain device-to-device copy;
 //! - **peer**: `cuMemcpyPeerAsync` on the destination's stream, when the two devices can access
-//!   each other (peer access is enabled on first use, see [`crate::Device::enable_peer_access`]);
+//!   each other (peer access is enabled on first use, see [`crate::device::Device::enable_peer_access`]);
 //! - **staged**: through a page-locked host bounce buffer: a device-to-host copy on a stream of
 //!   the source's device (its home stream, made to wait for everything the copy waits for), then a
 //!   host-to-device copy on the destination's stream, ordered by an event. The bounce buffer is
@@ -25,7 +25,8 @@ use super::buffer::DeviceBuffer;
 use super::order::{ordered_with, record, InCapture};
 use super::repr::DeviceRepr;
 use crate::device::Device;
-use crate::error::{check, Error, Result};
+use crate::driver::result;
+use crate::error::{Error, Result};
 use crate::event::PooledEvent;
 use crate::stream::Stream;
 use cudarc::driver::sys;
@@ -64,12 +65,9 @@ unsafe impl Send for Staging {}
 impl Staging {
     fn new(device: &Device, bytes: usize) -> Result<Staging> {
         device.bind()?;
-        let mut ptr = std::ptr::null_mut();
-        check(
-            // SAFETY: valid out-pointer; context bound. Portable, so both devices' contexts may use it.
-            unsafe { sys::cuMemHostAlloc(&mut ptr, bytes, sys::CU_MEMHOSTALLOC_PORTABLE) },
-            "allocating the page-locked bounce buffer of a staged copy",
-        )?;
+        const DURING: &str = "allocating the page-locked bounce buffer of a staged copy";
+        // SAFETY: context bound. Portable, so both devices' contexts may use it.
+        let ptr = unsafe { result::mem_host_alloc(bytes, sys::CU_MEMHOSTALLOC_PORTABLE, DURING) }?;
         Ok(Staging { ptr, device: *device })
     }
 }
@@ -79,8 +77,9 @@ impl Drop for Staging {
         if self.device.bind().is_ok() {
             // SAFETY: allocated by cuMemHostAlloc; dropped only once no queued copy uses it (after
             // the event behind the last copy, or after synchronising both streams).
-            let res = unsafe { sys::cuMemFreeHost(self.ptr) };
-            crate::error::note_drop_error(res, "freeing the bounce buffer of a staged copy");
+            let res =
+                unsafe { result::mem_free_host(self.ptr, "freeing the bounce buffer of a staged copy") };
+            crate::error::note_drop(res);
         }
     }
 }
@@ -160,7 +159,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             // Checked again, atomically, when the copy is queued; this early check keeps the
             // bounce-buffer allocation (which a capture may not contain) out of a capture.
             let what = "a copy between devices (or staged) on a stream being captured";
-            crate::capture::refuse_if_capturing(&stream.lock(), what)?;
+            crate::stream::state::refuse_if_capturing(&stream.lock(), what)?;
         }
         match path {
             PeerPath::SameDevice => self.copy_from_device(stream, src)?,
@@ -182,9 +181,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             // `bytes` bytes each, on the devices whose retained primary contexts are named; the
             // stream belongs to the destination's device. Ordered against both buffers' other
             // uses by `ordered_with`; both stay allocated until their frees, which wait for it.
-            let res =
-                unsafe { sys::cuMemcpyPeerAsync(dst_ptr, dst_ctx, src_ptr, src_ctx, bytes, stream.raw()) };
-            check(res, "copying between devices (cuMemcpyPeerAsync)")
+            unsafe { result::memcpy_peer_async(dst_ptr, dst_ctx, src_ptr, src_ctx, bytes, stream.raw()) }
         })
     }
 
@@ -210,20 +207,20 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             }
             src_stream.device().bind()?;
             started = true;
+            let during = "copying a source buffer to page-locked host memory (staged peer copy)";
             // SAFETY: `host` is a live page-locked allocation of `bytes` bytes, freed only after
             // the event behind the second copy; `src` is a live allocation of `bytes` bytes on
             // `src_stream`'s device, ordered by the waits above.
-            let res = unsafe { sys::cuMemcpyDtoHAsync_v2(host, src_ptr, bytes, src_stream.raw()) };
-            check(res, "copying a source buffer to page-locked host memory (staged peer copy)")?;
+            unsafe { result::memcpy_dtoh_async(host, src_ptr, bytes, src_stream.raw(), during) }?;
             if src_stream != stream {
                 let read = record(src_stream)?;
                 stream.wait_unchecked(&read)?;
             }
             stream.device().bind()?;
+            let during = "copying page-locked host memory to the destination (staged peer copy)";
             // SAFETY: `dst_ptr` is our live allocation of `bytes` bytes (exclusive through
             // `&mut self`); the host buffer was filled by the copy this stream now waits for.
-            let res = unsafe { sys::cuMemcpyHtoDAsync_v2(dst_ptr, host, bytes, stream.raw()) };
-            check(res, "copying page-locked host memory to the destination (staged peer copy)")?;
+            unsafe { result::memcpy_htod_async(dst_ptr, host, bytes, stream.raw(), during) }?;
             done = Some(Arc::new(record(stream)?));
             Ok(())
         });

@@ -5,7 +5,8 @@ use super::buffer::DeviceBuffer;
 use super::order::{ordered_with, InCapture};
 use super::repr::DeviceRepr;
 use crate::device::Device;
-use crate::error::{check, Error, Result};
+use crate::driver::result;
+use crate::error::{Error, Result};
 use crate::event::{Event, PooledEvent};
 use crate::stream::Stream;
 use cudarc::driver::sys;
@@ -67,12 +68,9 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         let mut ptr = std::ptr::NonNull::<T>::dangling().as_ptr();
         if bytes > 0 {
             device.bind()?;
-            let mut raw = std::ptr::null_mut();
-            check(
-                // SAFETY: valid out-pointer; context bound. Portable so any context may use it.
-                unsafe { sys::cuMemHostAlloc(&mut raw, bytes, sys::CU_MEMHOSTALLOC_PORTABLE) },
-                "allocating pinned host memory",
-            )?;
+            const DURING: &str = "allocating pinned host memory";
+            // SAFETY: context bound. Portable so any context may use it.
+            let raw = unsafe { result::mem_host_alloc(bytes, sys::CU_MEMHOSTALLOC_PORTABLE, DURING) }?;
             ptr = raw.cast();
             for i in 0..len {
                 // SAFETY: `ptr` is a fresh allocation of `len` elements, suitably aligned (the
@@ -141,11 +139,12 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
     /// [`Error::LengthMismatch`]; [`Error::Capture`] on a capturing stream; errors of the previous
     /// transfer; driver errors.
     pub fn copy_to_device_async(&mut self, stream: &Stream, dst: &mut DeviceBuffer<T>) -> Result<()> {
+        const DURING: &str = "async copy pinned host to device";
         let (d, bytes) = (dst.device_ptr(), dst.size_bytes());
-        self.transfer(stream, dst, Access::Write, "async copy pinned host to device", |host, s| {
+        self.transfer(stream, dst, Access::Write, DURING, |host, s| {
             // SAFETY: both ranges are live and exactly `bytes` long; `self` stays alive and
             // unwritten by the host until `pending` (recorded after the copy) completes.
-            unsafe { sys::cuMemcpyHtoDAsync_v2(d, host, bytes, s) }
+            unsafe { result::memcpy_htod_async(d, host, bytes, s, DURING) }
         })
     }
 
@@ -155,24 +154,26 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
     /// # Errors
     /// As for [`PinnedBuffer::copy_to_device_async`].
     pub fn copy_from_device_async(&mut self, stream: &Stream, src: &DeviceBuffer<T>) -> Result<()> {
+        const DURING: &str = "async copy device to pinned host";
         let (d, bytes) = (src.device_ptr(), src.size_bytes());
-        self.transfer(stream, src, Access::Read, "async copy device to pinned host", |host, s| {
+        self.transfer(stream, src, Access::Read, DURING, |host, s| {
             // SAFETY: both ranges are live and exactly `bytes` long; the host cannot read or free
             // `self` before `pending` (recorded after the copy) completes.
-            unsafe { sys::cuMemcpyDtoHAsync_v2(host, d, bytes, s) }
+            unsafe { result::memcpy_dtoh_async(host, d, bytes, s, DURING) }
         })
     }
 
     /// The shared part of both directions: checks, waits for the previous transfer, queues `copy`
-    /// ordered with `dev`'s other uses, and records the pending event — also when a join after
-    /// the copy failed, so the host never touches memory a queued copy may still use.
+    /// (which describes itself as `during` in its errors) ordered with `dev`'s other uses, and
+    /// records the pending event — also when a join after the copy failed, so the host never
+    /// touches memory a queued copy may still use.
     fn transfer(
         &mut self,
         stream: &Stream,
         dev: &DeviceBuffer<T>,
         access: Access,
         during: &'static str,
-        copy: impl FnOnce(*mut std::ffi::c_void, sys::CUstream) -> sys::CUresult,
+        copy: impl FnOnce(*mut std::ffi::c_void, sys::CUstream) -> Result<()>,
     ) -> Result<()> {
         if dev.len() != self.len {
             return Err(Error::LengthMismatch { during, expected: self.len, actual: dev.len() });
@@ -188,7 +189,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         let ev = Event::pooled(stream.device())?;
         let mut tracked = false;
         let queued = ordered_with(stream, &[(dev.allocation(), access)], refuse, || {
-            check(copy(host, stream.raw()), during)?;
+            copy(host, stream.raw())?;
             // Recorded under the stream's lock, right behind the copy: the host waits for it before
             // touching `self`. Without it, wait for the copy here.
             match ev.record_unchecked(stream) {
@@ -221,8 +222,8 @@ impl<T: DeviceRepr> Drop for PinnedBuffer<T> {
         // or the context binding fails, leak the memory rather than risk freeing it early.
         if self.wait().is_ok() && self.device.bind().is_ok() {
             // SAFETY: allocated by cuMemHostAlloc; no transfer is in flight any more.
-            let res = unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
-            crate::error::note_drop_error(res, "freeing page-locked host memory");
+            let res = unsafe { result::mem_free_host(self.ptr.cast(), "freeing page-locked host memory") };
+            crate::error::note_drop(res);
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `MemPool`: the driver's stream-ordered memory pools.
 
 use crate::device::Device;
-use crate::error::{check, Result};
+use crate::driver::result;
+use crate::error::Result;
 use cudarc::driver::sys;
 use std::sync::Arc;
 
@@ -21,8 +22,7 @@ impl Drop for PoolInner {
         if self.owned && self.device.bind().is_ok() {
             // SAFETY: we created the pool and no buffer holds it any more (buffers keep a clone).
             // The driver defers the release while frees are still pending.
-            let res = unsafe { sys::cuMemPoolDestroy(self.raw) };
-            crate::error::note_drop_error(res, "destroying a memory pool");
+            crate::error::note_drop(unsafe { result::mem_pool_destroy(self.raw) });
         }
     }
 }
@@ -95,9 +95,7 @@ impl MemPool {
         props.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
         props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
         props.location.id = device.ordinal() as i32;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: valid props and out-pointer.
-        check(unsafe { sys::cuMemPoolCreate(&mut raw, &props) }, "creating a memory pool")?;
+        let raw = result::mem_pool_create(&props)?;
         Ok(MemPool { inner: Arc::new(PoolInner { device: *device, raw, owned: true }) })
     }
 
@@ -107,12 +105,7 @@ impl MemPool {
     /// Driver errors.
     pub fn device_default(device: &Device) -> Result<MemPool> {
         device.bind()?;
-        let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: valid out-pointer and device.
-            unsafe { sys::cuDeviceGetDefaultMemPool(&mut raw, device.cu_device()) },
-            "getting the default memory pool",
-        )?;
+        let raw = result::device_get_default_mem_pool(device.cu_device())?;
         Ok(MemPool { inner: Arc::new(PoolInner { device: *device, raw, owned: false }) })
     }
 
@@ -126,21 +119,16 @@ impl MemPool {
         &self.inner.device
     }
 
-    fn set_u64(&self, attr: sys::CUmemPool_attribute, mut v: u64, during: &'static str) -> Result<()> {
+    fn set_u64(&self, attr: sys::CUmemPool_attribute, v: u64, during: &'static str) -> Result<()> {
         self.inner.device.bind()?;
-        // SAFETY: these attributes take a cuuint64_t; we pass a pointer to one.
-        check(unsafe { sys::cuMemPoolSetAttribute(self.raw(), attr, (&mut v as *mut u64).cast()) }, during)
+        // SAFETY: live pool; callers pass attributes of type cuuint64_t only.
+        unsafe { result::mem_pool_set_attribute_u64(self.raw(), attr, v, during) }
     }
 
     fn get_u64(&self, attr: sys::CUmemPool_attribute) -> Result<u64> {
         self.inner.device.bind()?;
-        let mut v = 0u64;
-        check(
-            // SAFETY: these attributes are cuuint64_t; valid out-pointer.
-            unsafe { sys::cuMemPoolGetAttribute(self.raw(), attr, (&mut v as *mut u64).cast()) },
-            "reading a memory pool attribute",
-        )?;
-        Ok(v)
+        // SAFETY: live pool; callers pass attributes of type cuuint64_t only.
+        unsafe { result::mem_pool_get_attribute_u64(self.raw(), attr) }
     }
 
     /// Memory the pool may keep cached (not returned to the device) at a synchronize.
@@ -169,7 +157,7 @@ impl MemPool {
     pub fn trim_to(&self, keep_bytes: usize) -> Result<()> {
         self.inner.device.bind()?;
         // SAFETY: live pool.
-        check(unsafe { sys::cuMemPoolTrimTo(self.raw(), keep_bytes) }, "trimming a memory pool")
+        unsafe { result::mem_pool_trim_to(self.raw(), keep_bytes) }
     }
 
     /// Used and reserved bytes, current and high-water marks.

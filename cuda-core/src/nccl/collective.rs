@@ -210,7 +210,7 @@ impl Communicator {
         let (sp, rp) = (send.device_ptr() as *const c_void, recv.device_ptr() as *mut c_void);
         let uses = [(send.allocation(), Access::Read), (recv.allocation(), Access::Write)];
         let group = self.group().clone();
-        let keep = |k: &mut crate::keep::KeepAlive| {
+        let keep = |k: &mut crate::memory::KeepAlive| {
             k.add_alloc(send.allocation());
             k.add_alloc(recv.allocation());
             // Replays use the communicator: the graph keeps the group (all its ranks) alive.

@@ -60,7 +60,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`DeviceBuffer`]: crate::DeviceBuffer
+//! [`DeviceBuffer`]: crate::memory::DeviceBuffer
 
 mod collective;
 mod comm;

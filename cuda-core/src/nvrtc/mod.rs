@@ -1,7 +1,7 @@
 //! Run-time compilation of CUDA C with NVRTC, and the kernel cache.
 //!
 //! NVRTC is not part of the driver: `libnvrtc.so` comes with the CUDA toolkit or the
-//! `nvidia-cuda-nvrtc` Python wheel. Without it, compiling fails with [`crate::Error::NvrtcMissing`]
+//! `nvidia-cuda-nvrtc` Python wheel. Without it, compiling fails with [`crate::error::Error::NvrtcMissing`]
 //! and everything else keeps working.
 
 mod cache;

@@ -5,9 +5,12 @@
 //! calls `cuInit`; the outcome (success or a clear [`Error::NoDriver`]) is remembered for the rest
 //! of the process.
 
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
 use cudarc::driver::sys;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
+
+pub(crate) mod result;
 
 /// Loads the driver and runs `cuInit(0)` once per process. Every entry point of this crate that
 /// talks to the driver goes through here first, so a missing driver is an error, never a panic.
@@ -23,8 +26,7 @@ pub(crate) fn init() -> Result<()> {
             });
         }
         crate::error::mark_library_loaded();
-        // SAFETY: cuInit has no preconditions; the library is known to load.
-        check(unsafe { sys::cuInit(0) }, "initialising the CUDA driver (cuInit)")
+        result::init()
     })
     .clone()
 }
@@ -38,9 +40,7 @@ pub(crate) fn init() -> Result<()> {
 /// errors of `cuInit`.
 pub fn device_count() -> Result<usize> {
     init().map_err(no_device)?;
-    let mut n = 0;
-    // SAFETY: the driver is initialised and `n` is a valid out-pointer.
-    check(unsafe { sys::cuDeviceGetCount(&mut n) }, "counting devices").map_err(no_device)?;
+    let n = result::device_get_count().map_err(no_device)?;
     Ok(n as usize)
 }
 
@@ -61,9 +61,7 @@ fn no_device(e: Error) -> Error {
 /// [`Error::NoDriver`] without a driver; driver errors.
 pub fn driver_version() -> Result<(u32, u32)> {
     init()?;
-    let mut v = 0;
-    // SAFETY: valid out-pointer, driver initialised.
-    check(unsafe { sys::cuDriverGetVersion(&mut v) }, "reading the driver version")?;
+    let v = result::driver_get_version()?;
     Ok(((v / 1000) as u32, ((v % 1000) / 10) as u32))
 }
 
@@ -71,8 +69,30 @@ pub fn driver_version() -> Result<(u32, u32)> {
 /// driver of the R580 branch or newer.
 pub const MIN_DRIVER_CUDA_VERSION: (u32, u32) = (13, 0);
 
+/// How many stream captures begun through this crate are open, process-wide. Kept here, below
+/// every module that needs it: the capture code counts captures in and out (`Stream::begin_capture`,
+/// `Stream::end_capture`, and the drop of a stream with an open capture), and
+/// `Device::synchronize` refuses while any is open.
+static OPEN_CAPTURES: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether any capture is open anywhere in the process (one atomic load).
+#[inline]
+pub(crate) fn any_capture_open() -> bool {
+    OPEN_CAPTURES.load(Ordering::Acquire) != 0
+}
+
+/// Counts a capture in (before the driver is asked to begin it).
+pub(crate) fn capture_opened() {
+    OPEN_CAPTURES.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Counts a capture out (once the driver has ended it, or refused to begin it).
+pub(crate) fn capture_closed() {
+    OPEN_CAPTURES.fetch_sub(1, Ordering::AcqRel);
+}
+
 /// Sets the calling thread's stream-capture interaction mode to *relaxed*
-/// (`cuThreadExchangeStreamCaptureMode`), so that other threads' [`crate::CaptureMode::Global`]
+/// (`cuThreadExchangeStreamCaptureMode`), so that other threads' `CaptureMode::Global`
 /// captures do not make this thread's event queries and waits fail. For library-owned threads
 /// that only query and wait on events that no capture records into (completion and reaper
 /// threads). Errors are ignored: the mode is an optimisation of availability, not of safety.
@@ -80,9 +100,8 @@ pub fn relax_thread_capture_mode() {
     if init().is_err() {
         return;
     }
-    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-    // SAFETY: valid in/out pointer; the call only changes this thread's capture interaction mode.
-    unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    let _ =
+        result::thread_exchange_stream_capture_mode(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED);
 }
 
 /// Whether a usable GPU is present: the driver loads, initialises, and reports at least one

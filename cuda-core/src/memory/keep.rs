@@ -1,6 +1,7 @@
 //! `KeepAlive`: everything a graph's nodes refer to, owned for as long as the graph can run.
 
-use crate::memory::Allocation;
+use super::alloc::Allocation;
+use crate::error::{Error, Result};
 use crate::stream::Stream;
 use std::any::Any;
 use std::collections::HashSet;
@@ -58,4 +59,26 @@ impl KeepAlive {
     pub(crate) fn has_extras(&self) -> bool {
         !self.extras.is_empty()
     }
+
+    /// Records `allocs` (and nothing else).
+    pub(crate) fn add_allocs(&mut self, allocs: &[&Arc<Allocation>]) {
+        for a in allocs {
+            self.add_alloc(a);
+        }
+    }
+
+    /// The keep-alive set of an open capture, which the stream's state holds type-erased (the
+    /// stream layer is below this one). Every capture is begun with a `KeepAlive`
+    /// (`Stream::begin_capture`), so this cannot fail; if it ever did, the caller refuses the
+    /// work rather than record it without keeping what it uses.
+    pub(crate) fn of_capture(keep: &mut (dyn Any + Send)) -> Result<&mut KeepAlive> {
+        keep.downcast_mut::<KeepAlive>().ok_or(Error::Capture(NOT_A_KEEP_ALIVE))
+    }
+
+    /// [`KeepAlive::of_capture`] for the set of a capture that has ended.
+    pub(crate) fn from_capture(keep: Box<dyn Any + Send>) -> Result<KeepAlive> {
+        keep.downcast::<KeepAlive>().map(|k| *k).map_err(|_| Error::Capture(NOT_A_KEEP_ALIVE))
+    }
 }
+
+const NOT_A_KEEP_ALIVE: &str = "the capture's keep-alive set has an unexpected type (a bug of cuda-core)";

@@ -1,0 +1,282 @@
+//! Streams: ordered queues of device work.
+//!
+//! **Drop:** dropping the last handle to a stream calls `cuStreamDestroy`, which returns at once;
+//! the driver releases the stream after the work already queued on it has finished. Dropping a
+//! stream therefore never blocks and never cancels queued work. Buffers keep their allocation
+//! stream alive (they hold a handle), so stream-ordered frees always have a live stream.
+//!
+//! **The enqueue lock.** Every stream has one mutex, held by every operation of this crate that
+//! queues work on the stream, waits on it, or changes its capture state (see `state.rs`, and
+//! `capture.rs` for the rules).
+//! The check "is this stream being captured, and by whom" and the enqueue that depends on it are
+//! therefore one atomic step: no other thread can begin or end a capture in between.
+
+use crate::device::Device;
+use crate::driver::result;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use cudarc::driver::sys;
+use state::StreamState;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+mod callback;
+mod progress;
+mod record;
+pub(crate) mod state;
+
+pub use callback::StreamStatus;
+
+struct StreamInner {
+    device: Device,
+    raw: sys::CUstream,
+    /// The enqueue lock and the capture state it guards (see the module docs).
+    state: Mutex<StreamState>,
+    /// The progress counter, made on the first [`Stream::mark_progress`].
+    progress: OnceLock<crate::progress::Slot>,
+}
+
+// SAFETY: a CUstream may be used from any thread; the driver serialises enqueues internally.
+unsafe impl Send for StreamInner {}
+// SAFETY: as above; the handle is immutable after creation.
+unsafe impl Sync for StreamInner {}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        if self.device.bind().is_err() {
+            return;
+        }
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        // A capture still open on the last handle is abandoned: end it (discarding the graph), and
+        // queue the frees it deferred. What it kept alive is released after this (no lock held).
+        let abandoned = state::abandon(self.raw, state);
+        // SAFETY: we own the handle and nothing uses it after the last Arc is gone. The driver
+        // defers the release until queued work is complete. An error cannot be reported here.
+        crate::error::note_drop(unsafe { result::stream_destroy(self.raw) });
+        drop(abandoned);
+    }
+}
+
+/// A non-blocking CUDA stream (it does not synchronise with the legacy default stream).
+/// Cloning gives another handle to the same stream; two handles are equal when they name the same
+/// stream.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{Device, DeviceBuffer, Stream};
+/// let s = Stream::new(&Device::new(0)?)?;
+/// let x = DeviceBuffer::from_host(&s, &[1u32, 2, 3])?; // queued on `s`
+/// let handle = s.clone(); // another handle to the same stream
+/// assert_eq!(handle, s);
+/// handle.synchronize()?; // waits for the copy
+/// assert!(s.query()?); // nothing left to run
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Stream {
+    inner: Arc<StreamInner>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Stream({:p} on device {})", self.inner.raw, self.inner.device.ordinal())
+    }
+}
+
+impl PartialEq for Stream {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+impl Eq for Stream {}
+
+impl Device {
+    /// The range of stream priorities `(least, greatest)`; numerically lower is higher priority
+    /// (e.g. `(0, -5)`).
+    ///
+    /// # Errors
+    /// Driver errors.
+    pub fn stream_priority_range(&self) -> Result<(i32, i32)> {
+        self.bind()?;
+        // SAFETY: context bound.
+        unsafe { result::ctx_get_stream_priority_range() }
+    }
+
+    /// Creates a new non-blocking stream with the default priority.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// let dev = cuda_core::Device::new(0)?;
+    /// let s = dev.new_stream()?;
+    /// assert_eq!(s.device(), &dev);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As for [`Stream::new`].
+    pub fn new_stream(&self) -> Result<Stream> {
+        Stream::new(self)
+    }
+}
+
+impl Stream {
+    /// Creates a non-blocking stream with the default priority.
+    ///
+    /// # Errors
+    /// Driver errors creating the stream.
+    pub fn new(device: &Device) -> Result<Stream> {
+        Self::with_priority(device, 0)
+    }
+
+    /// Creates a non-blocking stream with `priority`, which must lie in
+    /// [`Device::stream_priority_range`] (an error otherwise, rather than the driver's silent clamp).
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, Stream};
+    /// let dev = Device::new(0)?;
+    /// let (_least, greatest) = dev.stream_priority_range()?;
+    /// let urgent = Stream::with_priority(&dev, greatest)?; // scheduled ahead of default-priority work
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a priority outside [`Device::stream_priority_range`]; driver
+    /// errors.
+    pub fn with_priority(device: &Device, priority: i32) -> Result<Stream> {
+        device.bind()?;
+        if priority != 0 {
+            let (least, greatest) = device.stream_priority_range()?;
+            if priority > least || priority < greatest {
+                return Err(Error::InvalidArgument(format!(
+                    "stream priority {priority} outside the device's range [{greatest}, {least}]"
+                )));
+            }
+        }
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: context bound.
+        let raw = unsafe { result::stream_create_with_priority(flags, priority) }?;
+        Ok(Stream {
+            inner: Arc::new(StreamInner {
+                device: *device,
+                raw,
+                state: Mutex::new(StreamState::default()),
+                progress: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// The device this stream belongs to.
+    #[inline]
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    /// Takes this stream's enqueue lock (see the module docs). Never held while blocking on the
+    /// GPU, while dropping an allocation, or while taking the lock of a stream with a lower
+    /// [`Stream::id`] (locks of several streams are taken in increasing id order).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, StreamState> {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A stable identity for lock ordering.
+    pub(crate) fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
+    /// The raw handle. Valid as long as any clone of this `Stream` lives.
+    #[inline]
+    pub fn raw(&self) -> sys::CUstream {
+        self.inner.raw
+    }
+
+    /// Blocks the calling thread until all work queued on this stream has finished, and reports
+    /// any asynchronous error of that work.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer};
+    /// let s = Device::new(0)?.new_stream()?;
+    /// let mut buf = DeviceBuffer::<u8>::zeros(&s, 64 << 20)?;
+    /// buf.fill(&s, 0xff)?; // returns before the memset has run
+    /// s.synchronize()?; // now it has; a fault of the queued work would be reported here
+    /// assert!(s.query()?);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Capture`] if the stream is being captured (nothing would ever complete); a driver
+    /// error of the work (e.g. a kernel fault).
+    pub fn synchronize(&self) -> Result<()> {
+        // Checked under the lock, waited for outside it (other threads may keep queueing work).
+        state::refuse_if_capturing(&self.lock(), "synchronizing a stream that is being captured")?;
+        self.sync_unchecked()
+    }
+
+    /// `cuStreamSynchronize` without the capture check (callers have made it).
+    pub(crate) fn sync_unchecked(&self) -> Result<()> {
+        self.inner.device.bind()?;
+        // SAFETY: live stream handle; context bound.
+        unsafe { result::stream_synchronize(self.raw()) }
+    }
+
+    /// Non-blocking: `true` if all queued work has finished, `false` if some is still running.
+    ///
+    /// # Errors
+    /// [`Error::Capture`] while the stream is being captured (a query would invalidate the
+    /// capture); a driver error of the work.
+    pub fn query(&self) -> Result<bool> {
+        state::refuse_if_capturing(&self.lock(), "querying a stream that is being captured")?;
+        self.inner.device.bind()?;
+        // SAFETY: live stream handle; context bound.
+        unsafe { result::stream_query(self.raw()) }
+    }
+
+    /// Makes all work queued on this stream after this call wait until `event` has completed.
+    /// Does not block the host.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, Event};
+    /// let dev = Device::new(0)?;
+    /// let (producer, consumer) = (dev.new_stream()?, dev.new_stream()?);
+    /// // ... queue work on `producer` ...
+    /// let ready = Event::pooled(&dev)?;
+    /// ready.record(&producer)?;
+    /// consumer.wait_event(&ready)?; // later work on `consumer` runs after it; the host never blocks
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Capture`] when the wait would join two worlds that must stay apart: `event` was
+    /// last recorded inside a stream capture and this stream is not that capture's stream (the wait
+    /// would fork the capture onto this stream, behind the keep-alive bookkeeping), or this stream
+    /// is being captured and `event` was not recorded in its capture. Also when another thread is
+    /// capturing this stream.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{CaptureMode, Device, Error, Event, Stream};
+    /// let dev = Device::new(0)?;
+    /// let (capturing, other) = (Stream::new(&dev)?, Stream::new(&dev)?);
+    /// capturing.begin_capture(CaptureMode::ThreadLocal)?;
+    /// let ev = Event::new(&dev, false)?;
+    /// ev.record(&capturing)?;
+    /// // Forking the capture onto `other` is refused:
+    /// assert!(matches!(other.wait_event(&ev), Err(Error::Capture(_))));
+    /// capturing.end_capture()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        let state = self.lock();
+        let tag = event.lock_tag();
+        state::check_wait(&state, *tag)?;
+        self.wait_unchecked(event)
+    }
+
+    /// `cuStreamWaitEvent` without checks; the caller holds the locks and made them.
+    pub(crate) fn wait_unchecked(&self, event: &Event) -> Result<()> {
+        self.inner.device.bind()?;
+        // SAFETY: live stream and event handles; context bound.
+        unsafe { result::stream_wait_event(self.raw(), event.raw(), "making a stream wait on an event") }
+    }
+}

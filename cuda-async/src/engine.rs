@@ -98,6 +98,11 @@ pub(crate) struct Engine {
     probe: Option<Stream>,
 }
 
+/// A partial sweep stops after finding this many streams with unfinished work.
+const PARTIAL_MISSES: usize = 4;
+/// The longest time between two sweeps that check every pending op.
+const FULL_SWEEP_EVERY: Duration = Duration::from_micros(50);
+
 /// How often the engine checks the device for a fault while progress marks are pending.
 const PROBE_EVERY: Duration = Duration::from_millis(1);
 
@@ -238,6 +243,7 @@ fn run(e: &'static Engine, shard: &'static Shard) {
     let mut last_progress = Instant::now();
     let mut nap = Duration::from_micros(20);
     let mut last_probe = Instant::now();
+    let mut last_full = Instant::now();
     loop {
         {
             let mut inbox = shard.lock();
@@ -258,9 +264,17 @@ fn run(e: &'static Engine, shard: &'static Shard) {
         };
         let mut marks_left = false;
         blocked.clear();
+        // Partial sweeps: `pending` is in hand-over order, close to the order in which the GPU
+        // finishes the work, so a sweep stops checking once `PARTIAL_MISSES` streams were found
+        // unfinished. A full sweep at least every `FULL_SWEEP_EVERY` bounds the delay of work that
+        // finishes out of that order; no op is ever left unchecked for longer.
+        let full = last_full.elapsed() >= FULL_SWEEP_EVERY;
+        if full {
+            last_full = Instant::now();
+        }
         pending.retain(|p| {
             let key = p.stream.raw() as usize;
-            let status = if blocked.contains(&key) {
+            let status = if blocked.contains(&key) || (!full && blocked.len() >= PARTIAL_MISSES) {
                 None
             } else {
                 match p.wait.poll() {

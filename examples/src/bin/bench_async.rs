@@ -131,7 +131,7 @@ fn main() -> Result<()> {
         })
     });
     let note =
-        "current-thread tokio runtime; completion by stream callback + waker; vs raw launch + synchronize";
+        "current-thread tokio runtime; first-poll spin, then the completion engine; vs raw launch + synchronize";
     run.run(case.raw(|| raw_round_trips(&mut raw, 0..1, n)).goal(Goal::MaxRatio(1.25)).note(note))?;
 
     let case = Case::new("3b await op (default policy)", "us/iter", n, || {
@@ -163,7 +163,7 @@ fn main() -> Result<()> {
         let cpu_fw = row.framework_cpu.unwrap_or(f64::NAN);
         let note = format!(
             "throughput raw {thr_raw:.0} ops/s, framework {thr_fw:.0} ops/s ({:.3}x{}); raw: one thread, launch + \
-             synchronize each; CPU = process user+sys (all threads: tokio workers, the driver's callback thread) \
+             synchronize each; CPU = process user+sys (all threads: tokio workers, the completion engine) \
              per op; framework CPU/op minus its back-to-back launch cost from 2 ({launch_us:.2} us) = {:.2} us/op \
              for per-op scheduling + completion",
             thr_fw / thr_raw,

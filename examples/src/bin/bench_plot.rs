@@ -41,7 +41,14 @@ fn main() -> Result<()> {
     let mut reports = Vec::new();
     for f in &a.files {
         let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-        let r: Report = serde_json::from_str(&text).with_context(|| format!("parsing {}", f.display()))?;
+        // Files of other shapes (e.g. bench-decode's per-batch table) have no framework/raw rows.
+        let r: Report = match serde_json::from_str(&text) {
+            Ok(r) => r,
+            Err(e) => {
+                println!("== {}: not a framework/raw report, skipped ({e})", f.display());
+                continue;
+            }
+        };
         println!("== {} ({})\n{}", f.display(), r.benchmark, r.table());
         let gpu = r.meta.get("gpu").and_then(|g| g.as_str()).unwrap_or("unknown GPU").to_string();
         reports.push((r, gpu));

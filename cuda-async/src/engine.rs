@@ -1,5 +1,5 @@
-//! The completion engine: one library-owned thread per device that learns when awaited GPU work
-//! has finished, and wakes the waiting futures from there.
+//! The completion engine: library-owned threads (per device) that learn when awaited GPU work has
+//! finished, and wake the waiting futures from there.
 //!
 //! A future that is still pending after its first poll hands what marks the end of its work — an
 //! event, or a stream progress mark ([`cuda_core::progress`]) under
@@ -24,6 +24,7 @@
 
 use crate::completion::Completion;
 use crate::scheduling::{completion_policy, MAX_ENGINES};
+use crate::sweep::sweep;
 use cuda_core::{PooledEvent, ProgressMark, Stream};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -52,8 +53,11 @@ impl Wait {
 struct Pending {
     wait: Wait,
     completion: Arc<Completion>,
-    /// The stream the work was queued on (kept alive, so its handle names it while pending).
-    stream: Stream,
+    /// The handle of the stream the work was queued on, for the partial sweeps' per-stream rule.
+    /// Only the handle: holding the stream would make the engine thread drop its last handle,
+    /// which must happen on the thread that owns any capture still open on it. A handle reused by
+    /// a new stream can only delay a partial sweep's check, never skip a full one.
+    stream: usize,
 }
 
 /// New work for one engine thread, and whether that thread is asleep on [`Shard::wake`].
@@ -98,9 +102,7 @@ pub(crate) struct Engine {
     probe: Option<Stream>,
 }
 
-/// A partial sweep stops after finding this many streams with unfinished work.
-const PARTIAL_MISSES: usize = 4;
-/// The longest time between two sweeps that check every pending op.
+/// The longest time between two sweeps that check every pending op (see [`crate::sweep`]).
 const FULL_SWEEP_EVERY: Duration = Duration::from_micros(50);
 
 /// How often the engine checks the device for a fault while progress marks are pending.
@@ -169,37 +171,44 @@ pub(crate) fn engine(ordinal: usize) -> Option<&'static Engine> {
     }
     static E: OnceLock<Mutex<HashMap<usize, &'static Engine>>> = OnceLock::new();
     let mut map = E.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(e) = map.get(&ordinal) {
-        return Some(e);
-    }
-    let e: &'static Engine = Box::leak(Box::new(Engine {
-        shards: Default::default(),
-        started: [const { OnceLock::new() }; MAX_ENGINES],
-        pending: AtomicUsize::new(0),
-        solo_ns: AtomicU64::new(0),
-        probe: cuda_core::Device::new(ordinal).and_then(|d| Stream::new(&d)).ok(),
-    }));
+    // Made once per device and kept even if its first thread cannot start (then every call
+    // answers `None` without making another engine and probe stream).
+    let e: &'static Engine = map.entry(ordinal).or_insert_with(|| {
+        Box::leak(Box::new(Engine {
+            shards: Default::default(),
+            started: [const { OnceLock::new() }; MAX_ENGINES],
+            pending: AtomicUsize::new(0),
+            solo_ns: AtomicU64::new(0),
+            probe: cuda_core::Device::new(ordinal).and_then(|d| Stream::new(&d)).ok(),
+        }))
+    });
     if !e.start(0) {
         return None;
     }
-    map.insert(ordinal, e);
     if let Some(slot) = FAST_ENGINES.get(ordinal) {
-        // Only ever set here, under the map's lock, right after the engine was created.
+        // Only ever set here, under the map's lock, once the engine's first thread runs.
         let _ = slot.set(e);
     }
     Some(e)
 }
 
 /// Completes `completion` (waking its waker, on an engine thread of the stream's device) once
-/// `wait` is done or failed. If the engine cannot be started, waits for an event on this thread
-/// (marks are only handed out by a running engine, see [`Engine::uses_marks`]).
+/// `wait` is done or failed. If the engine cannot be started, or when called on an engine thread,
+/// waits for the event on this thread (marks are only used off engine threads with a running
+/// engine, see [`Engine::uses_marks`]).
 pub(crate) fn watch(stream: &Stream, wait: Wait, completion: Arc<Completion>) {
-    match (engine(stream.device().ordinal()), wait) {
+    // On an engine thread (a waker that runs a task inline and awaits again), handing the op to
+    // an engine could mean handing it to this very thread, which is busy: wait here instead.
+    let engine = if on_engine_thread() { None } else { engine(stream.device().ordinal()) };
+    match (engine, wait) {
         (Some(e), wait) => {
             e.pending.fetch_add(1, Ordering::Relaxed);
             let shard = e.shard_for(stream);
             let mut inbox = shard.lock();
-            inbox.ops.push(Pending { wait, completion, stream: stream.clone() });
+            if matches!(wait, Wait::Mark(_)) {
+                MARKS_WATCHED.fetch_add(1, Ordering::Relaxed);
+            }
+            inbox.ops.push(Pending { wait, completion, stream: stream.raw() as usize });
             let asleep = inbox.sleeping;
             drop(inbox);
             if asleep {
@@ -213,15 +222,36 @@ pub(crate) fn watch(stream: &Stream, wait: Wait, completion: Arc<Completion>) {
             };
             completion.complete_with(status);
         }
-        (None, Wait::Mark(mark)) => {
-            // Unreachable in practice (a mark implies a running engine); never hang: a mark is
-            // reached unless the work faulted, and then no status can be learned here.
-            while !mark.is_reached() {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-            completion.complete_with(0);
+        (None, Wait::Mark(_)) => {
+            // Unreachable: marks are only handed out while an engine runs. Never wait on a mark
+            // without the engine's fault probe (a faulted stream never writes it): fail instead.
+            completion.complete_with(NO_ENGINE);
         }
     }
+}
+
+/// The status of an op whose mark could not be watched (`CUDA_ERROR_UNKNOWN`).
+const NO_ENGINE: u32 = 999;
+
+/// Progress marks handed to an engine since the process started (a test hook: whether the mark
+/// path was taken).
+static MARKS_WATCHED: AtomicU64 = AtomicU64::new(0);
+
+/// How many awaited ops were handed to an engine with a progress mark (not an event) so far.
+#[doc(hidden)]
+pub fn marks_watched() -> u64 {
+    MARKS_WATCHED.load(Ordering::Relaxed)
+}
+
+thread_local! {
+    /// Set on engine threads: a waker that runs a task inline there and awaits again must not
+    /// hand its op to the engine it is blocking.
+    static ON_ENGINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is an engine thread (see `ON_ENGINE`).
+pub(crate) fn on_engine_thread() -> bool {
+    ON_ENGINE.with(|f| f.get())
 }
 
 /// The `CUresult` code of a driver error (`CUDA_ERROR_UNKNOWN` for anything else).
@@ -236,9 +266,9 @@ pub(crate) fn error_code(e: &cuda_core::Error) -> u32 {
 fn run(e: &'static Engine, shard: &'static Shard) {
     // Other threads' global-mode captures must not make our event queries fail.
     cuda_core::driver::relax_thread_capture_mode();
+    ON_ENGINE.with(|f| f.set(true));
     let mut pending: Vec<Pending> = Vec::new();
-    // Streams seen with an unfinished op in this sweep: work on one stream finishes in order, so
-    // their later ops are not checked until the earlier one is done (one check per stream).
+    // Scratch space of the partial sweeps (see `crate::sweep`).
     let mut blocked: Vec<usize> = Vec::new();
     let mut last_progress = Instant::now();
     let mut nap = Duration::from_micros(20);
@@ -262,49 +292,26 @@ fn run(e: &'static Engine, shard: &'static Shard) {
             let _ =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.completion.complete_with(status)));
         };
-        let mut marks_left = false;
-        blocked.clear();
-        // Partial sweeps: `pending` is in hand-over order, close to the order in which the GPU
-        // finishes the work, so a sweep stops checking once `PARTIAL_MISSES` streams were found
-        // unfinished. A full sweep at least every `FULL_SWEEP_EVERY` bounds the delay of work that
-        // finishes out of that order; no op is ever left unchecked for longer.
         let full = last_full.elapsed() >= FULL_SWEEP_EVERY;
         if full {
             last_full = Instant::now();
         }
-        pending.retain(|p| {
-            let key = p.stream.raw() as usize;
-            let status = if blocked.contains(&key) || (!full && blocked.len() >= PARTIAL_MISSES) {
-                None
-            } else {
-                match p.wait.poll() {
-                    Ok(false) => {
-                        blocked.push(key);
-                        None
-                    }
-                    Ok(true) => Some(0),
-                    Err(code) => Some(code),
-                }
-            };
-            match status {
-                None => {
-                    marks_left |= matches!(p.wait, Wait::Mark(_));
-                    true
-                }
-                Some(status) => {
-                    complete(p, status);
-                    false
-                }
-            }
-        });
+        let check = |p: &Pending| match p.wait.poll() {
+            Ok(false) => None,
+            Ok(true) => Some(0),
+            Err(code) => Some(code),
+        };
+        sweep(&mut pending, full, &mut blocked, |p| p.stream, check, complete);
+        let marks_left = pending.iter().any(|p| matches!(p.wait, Wait::Mark(_)));
         if marks_left && last_probe.elapsed() >= PROBE_EVERY {
             last_probe = Instant::now();
             if let Some(Err(err)) = e.probe.as_ref().map(Stream::query) {
-                // The context faulted: no pending mark will ever be written.
+                // The context faulted: no pending mark will ever be written. Marks already reached
+                // (their work finished before the fault) still succeed.
                 let code = error_code(&err);
-                pending.retain(|p| match p.wait {
-                    Wait::Mark(_) => {
-                        complete(p, code);
+                pending.retain(|p| match &p.wait {
+                    Wait::Mark(m) => {
+                        complete(p, if m.is_reached() { 0 } else { code });
                         false
                     }
                     Wait::Event(_) => true,

@@ -7,8 +7,10 @@
 //! resolve on the first poll with no cross-thread wake-up. Otherwise it hands that event to the completion engine
 //! (`crate::engine`), whose library-owned thread completes a lock-free
 //! [`Completion`](crate::completion::Completion) when the work has finished — or failed — and wakes
-//! the task from there (never from a driver callback). No thread is spawned per op and no executor
-//! thread spins or blocks.
+//! the task from there (never from a driver callback). No thread is spawned per op, and an executor
+//! thread spins only within the policy's bound and never blocks (except when the engine's thread
+//! could not be started, or when a waker running on an engine thread awaits again: then the op is
+//! waited for on the calling thread).
 //!
 //! **Cancellation.** Dropping the future after submission drops the output. That is sound: the
 //! buffers in it are freed stream-ordered after the queued work (see `cuda-core`'s `DeviceBuffer`),
@@ -103,7 +105,9 @@ impl<O: DeviceOp> DeviceFuture<O> {
         // A progress mark behind the work where the engine can watch marks (one load per check,
         // no driver call); otherwise, or if marking fails, an event.
         let marks = scheduling::completion_policy().marks;
-        let mark = engine.filter(|e| marks && e.uses_marks()).and_then(|_| stream.mark_progress().ok());
+        let mark = engine
+            .filter(|e| marks && e.uses_marks() && !crate::engine::on_engine_thread())
+            .and_then(|_| stream.mark_progress().ok());
         let wait = match mark {
             Some(mark) => Wait::Mark(mark),
             None => {

@@ -36,11 +36,14 @@ pub mod nccl;
 mod op;
 pub mod scheduling;
 pub mod staging;
+mod sweep;
 mod sync_shim;
 
 pub use args::{BufferMut, BufferRef, IntoBufferOp};
 pub use combinators::{join_all, join_concurrent, value};
 pub use context::ExecutionContext;
+#[doc(hidden)]
+pub use engine::marks_watched;
 pub use error::{DeviceError, Result};
 pub use ext::{DeviceOpExt, FirstFn, LastFn};
 pub use future::DeviceFuture;

@@ -140,8 +140,8 @@ pub use crate::await_spin::{
 /// The default [`AwaitSpin::base`]: the spin of a first poll with no usable prediction.
 pub const DEFAULT_AWAIT_SPIN: Duration = Duration::from_micros(5);
 
-/// How the completion engine (one library-owned thread per device that checks the pending
-/// awaited ops and wakes their tasks) learns of completions and trades CPU time for wake-up
+/// How the completion engine (library-owned threads per device that check the pending awaited
+/// ops and wake their tasks) learns of completions and trades CPU time for wake-up
 /// latency.
 ///
 /// ```
@@ -195,11 +195,13 @@ static NO_MARKS: AtomicBool = AtomicBool::new(true);
 static ENGINES: AtomicUsize = AtomicUsize::new(2);
 
 /// Sets the completion engine's policy (every device's engine; takes effect at its next sweep,
-/// and for `engines` and `marks` at the next awaited op). `max_nap` is at least 20 µs; `engines`
+/// and for `engines` and `marks` at the next awaited op). `hot` is at most 1 s, `max_nap` between
+/// 20 µs and 10 ms (a longer nap would delay completions noticed after a quiet spell); `engines`
 /// is clamped to 1..=[`MAX_ENGINES`] (threads once started keep running).
 pub fn set_completion_policy(policy: CompletionPolicy) {
-    HOT_NS.store(policy.hot.as_nanos() as u64, Ordering::Relaxed);
-    MAX_NAP_NS.store(policy.max_nap.max(Duration::from_micros(20)).as_nanos() as u64, Ordering::Relaxed);
+    HOT_NS.store(policy.hot.min(Duration::from_secs(1)).as_nanos() as u64, Ordering::Relaxed);
+    let nap = policy.max_nap.clamp(Duration::from_micros(20), Duration::from_millis(10));
+    MAX_NAP_NS.store(nap.as_nanos() as u64, Ordering::Relaxed);
     NO_MARKS.store(!policy.marks, Ordering::Relaxed);
     ENGINES.store(policy.engines.clamp(1, MAX_ENGINES), Ordering::Relaxed);
 }

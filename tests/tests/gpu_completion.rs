@@ -6,6 +6,7 @@ use cuda_async::{DeviceError, DeviceOp, DeviceOpExt, ExecutionContext};
 use cuda_async_tests::ops::SpinWrite;
 use cuda_async_tests::{ensure, Suite, TestResult};
 use cuda_core::{Device, DeviceBuffer, Event, LaunchConfig, Stream};
+use std::future::Future;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -158,6 +159,65 @@ fn awaits_resolve_after_their_work() -> TestResult {
     Ok(())
 }
 
+/// A waker that, when woken, awaits another op to completion right there (on the thread that
+/// wakes it: an engine thread) and reports where it ran and what it got.
+struct NestedAwait {
+    stream: Stream,
+    report: std::sync::Mutex<Option<std::sync::mpsc::Sender<NestedReport>>>,
+}
+
+/// The thread a [`NestedAwait`] ran on, and the nested await's verdict.
+type NestedReport = (Option<String>, TestResult);
+
+impl std::task::Wake for NestedAwait {
+    fn wake(self: std::sync::Arc<Self>) {
+        let Some(tx) = self.report.lock().unwrap_or_else(|p| p.into_inner()).take() else { return };
+        let thread = std::thread::current().name().map(str::to_string);
+        let run = || -> TestResult {
+            let mut buf = DeviceBuffer::<f32>::zeros(&self.stream, 4096)?;
+            futures::executor::block_on(
+                SpinWrite { buf: &mut buf, ns: 2_000_000, v: 3.0 }.into_op().on(&self.stream),
+            )?;
+            ensure(buf.to_vec()?.iter().all(|&v| v == 3.0), "the nested op's result")
+        };
+        let _ = tx.send((thread, run()));
+    }
+}
+
+/// A waker that runs a task inline on the engine thread, and that task blocks on another await:
+/// the nested op must not be handed to the engine thread that is busy running the waker (it
+/// would never complete). Under events and under marks.
+fn waker_awaits_again_on_the_engine_thread() -> TestResult {
+    let d = dev()?;
+    for marks in [false, true] {
+        set_completion_policy(CompletionPolicy { marks, ..CompletionPolicy::default() });
+        let (s, s2) = (Stream::new(&d)?, Stream::new(&d)?);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waker = std::task::Waker::from(std::sync::Arc::new(NestedAwait {
+            stream: s2,
+            report: std::sync::Mutex::new(Some(tx)),
+        }));
+        let mut buf = DeviceBuffer::<f32>::zeros(&s, 4096)?;
+        let mut fut = SpinWrite { buf: &mut buf, ns: 20_000_000, v: 1.0 }.into_op().on(&s);
+        let mut cx = std::task::Context::from_waker(&waker);
+        ensure(
+            std::pin::Pin::new(&mut fut).poll(&mut cx).is_pending(),
+            "a 20 ms kernel is pending at first",
+        )?;
+        let (thread, nested) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .map_err(|_| format!("marks {marks}: the waker's nested await did not finish in 30 s"))?;
+        nested?;
+        ensure(
+            thread.as_deref() == Some("cuda-async-completion"),
+            format!("the waker ran on {thread:?}, not an engine thread"),
+        )?;
+        ensure(std::pin::Pin::new(&mut fut).poll(&mut cx).is_ready(), "the outer await is done")?;
+    }
+    set_completion_policy(CompletionPolicy::default());
+    Ok(())
+}
+
 const CHILD: &str = "CUDA_ASYNC_TEST_FAULT_CHILD";
 
 /// The part that faults, run in a child process (a fault ends the CUDA context for the whole
@@ -173,10 +233,16 @@ fn fault_child(how: &str) -> TestResult {
     let d = dev()?;
     let m = d.compile_module(
         "trap.cu",
-        r#"extern "C" __global__ void trap_now(int x) { if (x) asm volatile("trap;"); }"#,
+        r#"extern "C" __global__ void trap_later(unsigned long long ns) {
+            unsigned long long start, now;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+            now = start;
+            while (now - start < ns) { __nanosleep(1000); asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); }
+            asm volatile("trap;");
+        }"#,
         &[],
     )?;
-    let f = m.function("trap_now")?;
+    let f = m.function("trap_later")?;
     let s = Stream::new(&d)?;
     let slow = Stream::new(&d)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -184,12 +250,19 @@ fn fault_child(how: &str) -> TestResult {
         // An op pending on another stream when the fault hits: its mark is never written either.
         let mut buf = DeviceBuffer::<f32>::zeros(&slow, 1 << 10)?;
         let pending = SpinWrite { buf: &mut buf, ns: 300_000_000, v: 1.0 }.into_op().on(&slow);
+        // The trap comes 50 ms after the launch, so both awaits are submitted (event or mark
+        // queued) and handed to the engine before the context dies: the engine must notice.
         let trap = Trap { f: &f }.into_op().on(&s);
-        // `pending` is polled first: its kernel is queued and its await handed to the engine before
-        // the trap is launched, so its progress mark is pending when the context dies.
+        let marks_before = cuda_async::marks_watched();
         let (b, a) = tokio::join!(pending, trap);
+        let marks_used = cuda_async::marks_watched() - marks_before;
         ensure(a.is_err(), format!("the trapping kernel's await: {a:?}"))?;
         ensure(b.is_err(), "the other stream's pending await after the fault")?;
+        let want = if marks { 2 } else { 0 };
+        ensure(
+            marks_used == want,
+            format!("{how}: {marks_used} awaits were watched through marks, want {want}"),
+        )?;
         println!("FAULT-OK {}", a.err().map(|e| e.to_string()).unwrap_or_default());
         Ok(())
     })
@@ -203,8 +276,8 @@ impl DeviceOp for Trap<'_> {
     type Output = ();
     fn execute(self, ctx: &ExecutionContext<'_>) -> cuda_async::Result<()> {
         let one = LaunchConfig { grid: (1, 1, 1), block: (1, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: `trap_now(int)` touches no memory; it aborts on purpose.
-        unsafe { self.f.launch(ctx.stream(), one, (1i32,))? };
+        // SAFETY: `trap_later(u64)` touches no memory; it aborts on purpose after 50 ms.
+        unsafe { self.f.launch(ctx.stream(), one, (50_000_000u64,))? };
         Ok(())
     }
 }
@@ -256,6 +329,7 @@ fn main() {
     let mut s = Suite::new();
     s.gpu("progress_marks", progress_marks)
         .gpu("awaits_resolve_after_their_work", awaits_resolve_after_their_work)
-        .gpu("awaited_fault_is_an_error_not_a_hang", awaited_fault_is_an_error_not_a_hang);
+        .gpu("awaited_fault_is_an_error_not_a_hang", awaited_fault_is_an_error_not_a_hang)
+        .gpu("waker_awaits_again_on_the_engine_thread", waker_awaits_again_on_the_engine_thread);
     s.run()
 }

@@ -99,7 +99,9 @@ pub(crate) struct Engine {
     /// fault (a sticky error of the context) is reported by every later driver call, this query
     /// included, and completes every pending mark with that error instead of leaving it waiting
     /// for a write that will never happen. Without it (its creation failed) ops wait on events.
-    probe: Option<Stream>,
+    probe: OnceLock<Option<Stream>>,
+    /// The device's ordinal (for making the probe).
+    ordinal: usize,
 }
 
 /// The longest time between two sweeps that check every pending op (see [`crate::sweep`]).
@@ -122,9 +124,13 @@ impl Engine {
         }
     }
 
-    /// Whether ops of this device may wait on progress marks (the fault probe exists).
+    /// Whether ops of this device may wait on progress marks: the fault probe exists (made on the
+    /// first call, i.e. only once marks are asked for; creating a stream can take a while when
+    /// the device is busy, and the default path must not pay for it).
     pub(crate) fn uses_marks(&self) -> bool {
-        self.probe.is_some()
+        self.probe
+            .get_or_init(|| cuda_core::Device::new(self.ordinal).and_then(|d| Stream::new(&d)).ok())
+            .is_some()
     }
 
     /// Records how long an await that had the device to itself took (the next prediction).
@@ -172,14 +178,15 @@ pub(crate) fn engine(ordinal: usize) -> Option<&'static Engine> {
     static E: OnceLock<Mutex<HashMap<usize, &'static Engine>>> = OnceLock::new();
     let mut map = E.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
     // Made once per device and kept even if its first thread cannot start (then every call
-    // answers `None` without making another engine and probe stream).
+    // answers `None` without making another engine).
     let e: &'static Engine = map.entry(ordinal).or_insert_with(|| {
         Box::leak(Box::new(Engine {
             shards: Default::default(),
             started: [const { OnceLock::new() }; MAX_ENGINES],
             pending: AtomicUsize::new(0),
             solo_ns: AtomicU64::new(0),
-            probe: cuda_core::Device::new(ordinal).and_then(|d| Stream::new(&d)).ok(),
+            probe: OnceLock::new(),
+            ordinal,
         }))
     });
     if !e.start(0) {
@@ -305,7 +312,7 @@ fn run(e: &'static Engine, shard: &'static Shard) {
         let marks_left = pending.iter().any(|p| matches!(p.wait, Wait::Mark(_)));
         if marks_left && last_probe.elapsed() >= PROBE_EVERY {
             last_probe = Instant::now();
-            if let Some(Err(err)) = e.probe.as_ref().map(Stream::query) {
+            if let Some(Err(err)) = e.probe.get().and_then(Option::as_ref).map(Stream::query) {
                 // The context faulted: no pending mark will ever be written. Marks already reached
                 // (their work finished before the fault) still succeed.
                 let code = error_code(&err);

@@ -4,6 +4,10 @@
 //! - with a GPU, every test runs;
 //! - without one, every GPU test is reported as **ignored** (never as passed);
 //! - with `CUDA_ASYNC_REQUIRE_GPU=1` and no GPU, every GPU test runs and fails, saying why.
+//!
+//! A suite runs its tests one at a time unless `--test-threads N` or `RUST_TEST_THREADS` says
+//! otherwise (see [`Suite::run`]); the tests start their own threads where concurrency is the
+//! point.
 
 #![warn(missing_docs)]
 
@@ -78,7 +82,15 @@ impl Suite {
 
     /// Runs the suite with the command-line arguments and exits with the harness's status.
     pub fn run(self) -> ! {
-        let args = Arguments::from_args();
+        let mut args = Arguments::from_args();
+        // One test at a time unless asked otherwise (`--test-threads N` or `RUST_TEST_THREADS`):
+        // the tests share one device, and several measure device-wide state (pool memory in use,
+        // kernels overlapping, a first poll finding its work still running) that other tests'
+        // work would change. Run in parallel, `gpu_core`'s pool test and a few others fail now
+        // and then for that reason alone; `gpu_alone` tests stay exclusive either way.
+        if args.test_threads.is_none() && std::env::var_os("RUST_TEST_THREADS").is_none() {
+            args.test_threads = Some(1);
+        }
         let status = gpu_status();
         let require = std::env::var("CUDA_ASYNC_REQUIRE_GPU").is_ok_and(|v| v == "1");
         let trials = self

@@ -202,11 +202,17 @@ pub(crate) fn engine(ordinal: usize) -> Option<&'static Engine> {
 /// Completes `completion` (waking its waker, on an engine thread of the stream's device) once
 /// `wait` is done or failed. If the engine cannot be started, or when called on an engine thread,
 /// waits for the event on this thread (marks are only used off engine threads with a running
-/// engine, see [`Engine::uses_marks`]).
-pub(crate) fn watch(stream: &Stream, wait: Wait, completion: Arc<Completion>) {
+/// engine, see [`Engine::uses_marks`]). `engine` is what [`engine()`] returned for the stream's
+/// device (looked up once per await by the caller).
+pub(crate) fn watch(
+    engine: Option<&'static Engine>,
+    stream: &Stream,
+    wait: Wait,
+    completion: Arc<Completion>,
+) {
     // On an engine thread (a waker that runs a task inline and awaits again), handing the op to
     // an engine could mean handing it to this very thread, which is busy: wait here instead.
-    let engine = if on_engine_thread() { None } else { engine(stream.device().ordinal()) };
+    let engine = engine.filter(|_| !on_engine_thread());
     match (engine, wait) {
         (Some(e), wait) => {
             e.pending.fetch_add(1, Ordering::Relaxed);

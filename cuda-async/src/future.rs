@@ -144,7 +144,7 @@ impl<O: DeviceOp> DeviceFuture<O> {
             }
         }
         let completion = Completion::new();
-        crate::engine::watch(&stream, wait, completion.clone());
+        crate::engine::watch(engine, &stream, wait, completion.clone());
         Ok(State::Submitted(output, completion, solo))
     }
 }

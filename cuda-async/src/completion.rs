@@ -106,6 +106,23 @@ impl Completion {
     /// Release: writes made by this thread before the call that sets the flag become visible to
     /// any thread that afterwards observes completion (see the type-level docs).
     pub fn complete(&self) {
+        if let Some(waker) = self.complete_deferred(0) {
+            waker.wake();
+        }
+    }
+
+    /// Stores `status` (as [`complete_with`](Self::complete_with)) and marks the work complete,
+    /// but hands the registered waker back instead of waking it: completion is observable at once
+    /// (a poll returns `Ready`), and the caller runs the waker where user code may run — the
+    /// completion engine runs wakers only after a sweep has completed every finished op, and
+    /// where a waker that blocks cannot stop it (see `engine`).
+    ///
+    /// Returns `None` if no waker is owed (none registered, a poll is registering and will see
+    /// completion itself, or already complete).
+    pub fn complete_deferred(&self, status: u32) -> Option<Waker> {
+        if status != 0 {
+            self.status.store(status, Ordering::Relaxed);
+        }
         // AcqRel: Release publishes the completer's prior writes to whoever observes COMPLETE;
         // Acquire synchronises with the Release that ended the last registration, so the waker
         // written there is visible below.
@@ -113,18 +130,15 @@ impl Completion {
         if prev != IDLE {
             // Either already complete (no-op), or a poller holds REGISTERING: it will fail its
             // `REGISTERING -> IDLE` CAS, see COMPLETE and return `Ready` itself.
-            return;
+            return None;
         }
-        let waker = self.waker.with_mut(|slot| {
+        self.waker.with_mut(|slot| {
             // SAFETY: `prev == IDLE` means no poller owns the slot, and since COMPLETE is now set no
             // poller can ever acquire it again (their `IDLE -> REGISTERING` CAS fails) nor will a
             // later `complete` touch it (it sees `prev != IDLE`). We are the slot's last user
             // through `&self`, and the Acquire above ordered the last poller's write before us.
             unsafe { (*slot).take() }
-        });
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        })
     }
 
     /// Stores `status` (e.g. a driver error code; 0 means success), then [`complete`](Self::complete)s.

@@ -27,8 +27,10 @@ use crate::scheduling::{completion_policy, MAX_ENGINES};
 use crate::sweep::sweep;
 use cuda_core::{PooledEvent, ProgressMark, Stream};
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 /// What tells the engine that an op's work is done.
@@ -76,12 +78,70 @@ struct Inbox {
 struct Shard {
     inbox: Mutex<Inbox>,
     wake: Condvar,
+    /// The ops being watched and the wakers owed, held by the shard's thread while it sweeps and
+    /// released while it runs a waker or sleeps: a thread that takes the shard over (see
+    /// [`Shard::in_waker`]) carries on from here.
+    work: Mutex<Work>,
+    /// When the shard's thread entered a user waker (nanoseconds since [`epoch`], never 0), or 0
+    /// while it runs none. A waker is user code: one that blocks (sleeps, or waits for another op
+    /// of this very shard) would stop the shard from completing anything. The engine's watchdog
+    /// claims a waker that has run longer than [`STALL`] (compare-and-swap to 0) and starts a new
+    /// thread for the shard; the stuck thread sees its claim gone when the waker returns (its own
+    /// swap fails) and ends. Exactly one of the two swaps succeeds, so a shard never has two
+    /// sweeping threads for long, and never none.
+    in_waker: AtomicU64,
+}
+
+/// A shard's sweeping state (see [`Shard::work`]).
+struct Work {
+    pending: Vec<Pending>,
+    /// Scratch space of the partial sweeps (see `crate::sweep`).
+    blocked: Vec<usize>,
+    /// Wakers of completed ops, run in completion order after the sweep that completed them.
+    wakers: VecDeque<Waker>,
+    last_progress: Instant,
+    nap: Duration,
+    last_probe: Instant,
+    last_full: Instant,
+}
+
+impl Default for Work {
+    fn default() -> Work {
+        let now = Instant::now();
+        Work {
+            pending: Vec::new(),
+            blocked: Vec::new(),
+            wakers: VecDeque::new(),
+            last_progress: now,
+            nap: Duration::from_micros(20),
+            last_probe: now,
+            last_full: now,
+        }
+    }
 }
 
 impl Shard {
     fn lock(&self) -> MutexGuard<'_, Inbox> {
         self.inbox.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    fn work(&self) -> MutexGuard<'_, Work> {
+        self.work.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// How long a waker may run on an engine thread before the watchdog gives its shard to a new
+/// thread.
+const STALL: Duration = Duration::from_millis(1);
+
+/// The engine's clock: [`Shard::in_waker`] holds nanoseconds since this instant, plus one.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_ns() -> u64 {
+    epoch().elapsed().as_nanos() as u64 + 1
 }
 
 /// The completion engine of one device: up to [`MAX_ENGINES`] threads, each watching the ops of
@@ -141,10 +201,11 @@ impl Engine {
     /// Starts shard `i`'s thread unless it runs (or could not start); whether it runs.
     fn start(&'static self, i: usize) -> bool {
         *self.started[i].get_or_init(|| {
-            std::thread::Builder::new()
-                .name("cuda-async-completion".into())
-                .spawn(move || run(self, &self.shards[i]))
-                .is_ok()
+            let ok = spawn_shard(self, &self.shards[i]);
+            if ok {
+                watchdog::watch_shard(self, &self.shards[i]);
+            }
+            ok
         })
     }
 
@@ -275,54 +336,59 @@ pub(crate) fn error_code(e: &cuda_core::Error) -> u32 {
     }
 }
 
-/// One engine thread: sweeps its shard's pending ops until the process ends.
+/// Starts a thread sweeping `shard` (at first use, or to take over from a thread stuck in a
+/// waker); whether it started.
+fn spawn_shard(e: &'static Engine, shard: &'static Shard) -> bool {
+    std::thread::Builder::new().name("cuda-async-completion".into()).spawn(move || run(e, shard)).is_ok()
+}
+
+/// One engine thread: sweeps its shard's pending ops until the process ends, or until the
+/// watchdog gave the shard to a new thread while this one was stuck in a waker.
 fn run(e: &'static Engine, shard: &'static Shard) {
     // Other threads' global-mode captures must not make our event queries fail.
     cuda_core::driver::relax_thread_capture_mode();
     ON_ENGINE.with(|f| f.set(true));
-    let mut pending: Vec<Pending> = Vec::new();
-    // Scratch space of the partial sweeps (see `crate::sweep`).
-    let mut blocked: Vec<usize> = Vec::new();
-    let mut last_progress = Instant::now();
-    let mut nap = Duration::from_micros(20);
-    let mut last_probe = Instant::now();
-    let mut last_full = Instant::now();
     loop {
+        let mut guard = shard.work();
+        let work = &mut *guard;
         {
             let mut inbox = shard.lock();
-            while pending.is_empty() && inbox.ops.is_empty() {
+            while work.pending.is_empty() && work.wakers.is_empty() && inbox.ops.is_empty() {
                 inbox.sleeping = true;
                 inbox = shard.wake.wait(inbox).unwrap_or_else(|p| p.into_inner());
                 inbox.sleeping = false;
-                last_progress = Instant::now();
+                work.last_progress = Instant::now();
             }
-            pending.append(&mut inbox.ops);
+            work.pending.append(&mut inbox.ops);
         }
-        let before = pending.len();
-        let complete = |p: &Pending, status: u32| {
+        let before = work.pending.len();
+        let wakers = &mut work.wakers;
+        // Completes the op at once (a poll sees `Ready` from here on) and queues its waker, run
+        // below once the sweep is over and the shard's state is released.
+        let mut complete = |p: &Pending, status: u32| {
             e.pending.fetch_sub(1, Ordering::Relaxed);
-            // A panicking waker must not kill the engine (every other future would hang).
-            let _ =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.completion.complete_with(status)));
+            if let Some(w) = p.completion.complete_deferred(status) {
+                wakers.push_back(w);
+            }
         };
-        let full = last_full.elapsed() >= FULL_SWEEP_EVERY;
+        let full = work.last_full.elapsed() >= FULL_SWEEP_EVERY;
         if full {
-            last_full = Instant::now();
+            work.last_full = Instant::now();
         }
         let check = |p: &Pending| match p.wait.poll() {
             Ok(false) => None,
             Ok(true) => Some(0),
             Err(code) => Some(code),
         };
-        sweep(&mut pending, full, &mut blocked, |p| p.stream, check, complete);
-        let marks_left = pending.iter().any(|p| matches!(p.wait, Wait::Mark(_)));
-        if marks_left && last_probe.elapsed() >= PROBE_EVERY {
-            last_probe = Instant::now();
+        sweep(&mut work.pending, full, &mut work.blocked, |p| p.stream, check, &mut complete);
+        let marks_left = work.pending.iter().any(|p| matches!(p.wait, Wait::Mark(_)));
+        if marks_left && work.last_probe.elapsed() >= PROBE_EVERY {
+            work.last_probe = Instant::now();
             if let Some(Err(err)) = e.probe.get().and_then(Option::as_ref).map(Stream::query) {
                 // The context faulted: no pending mark will ever be written. Marks already reached
                 // (their work finished before the fault) still succeed.
                 let code = error_code(&err);
-                pending.retain(|p| match &p.wait {
+                work.pending.retain(|p| match &p.wait {
                     Wait::Mark(m) => {
                         complete(p, if m.is_reached() { 0 } else { code });
                         false
@@ -331,11 +397,25 @@ fn run(e: &'static Engine, shard: &'static Shard) {
                 });
             }
         }
+        let progressed = work.pending.len() < before;
+        if progressed {
+            work.last_progress = Instant::now();
+            work.nap = Duration::from_micros(20);
+        }
+        let (last_progress, nap) = (work.last_progress, work.nap);
+        let owed = !work.wakers.is_empty();
+        drop(guard);
+        if owed {
+            if !run_wakers(shard) {
+                return; // the shard is another thread's now
+            }
+            continue;
+        }
         let policy = completion_policy();
-        if pending.len() < before {
-            last_progress = Instant::now();
-            nap = Duration::from_micros(20);
-        } else if last_progress.elapsed() < policy.hot {
+        if progressed {
+            continue;
+        }
+        if last_progress.elapsed() < policy.hot {
             std::thread::yield_now();
         } else {
             // Sleep, but wake early for new work.
@@ -345,7 +425,90 @@ fn run(e: &'static Engine, shard: &'static Shard) {
                 let (mut inbox, _) = shard.wake.wait_timeout(inbox, nap).unwrap_or_else(|p| p.into_inner());
                 inbox.sleeping = false;
             }
-            nap = (nap * 2).min(policy.max_nap);
+            let mut work = shard.work();
+            work.nap = (work.nap * 2).min(policy.max_nap);
         }
     }
+}
+
+/// Runs the wakers `shard` owes, one at a time, each under the watchdog's eye (see
+/// [`Shard::in_waker`]). Returns `false` if the watchdog gave the shard to a new thread while a
+/// waker ran here: the calling thread must then end without touching the shard again.
+fn run_wakers(shard: &'static Shard) -> bool {
+    loop {
+        let Some(waker) = shard.work().wakers.pop_front() else {
+            return true;
+        };
+        let since = now_ns();
+        shard.in_waker.store(since, Ordering::SeqCst);
+        // A panicking waker must not kill the engine (every other future would hang).
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
+        if shard.in_waker.compare_exchange(since, 0, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+            // Claimed by the watchdog: a new thread sweeps the shard (and runs the wakers still
+            // owed). Let any thread parked on the shard look again, then end.
+            shard.wake.notify_all();
+            return false;
+        }
+    }
+}
+
+/// The engine's watchdog: one thread per process that gives a shard whose thread is stuck in a
+/// user waker to a new thread (see [`Shard::in_waker`]).
+mod watchdog {
+    use super::{epoch, now_ns, spawn_shard, Engine, Shard, STALL};
+    use std::sync::atomic::Ordering;
+    use std::sync::{Mutex, OnceLock};
+    use std::time::Duration;
+
+    /// The shards watched (every shard whose first thread started).
+    static SHARDS: Mutex<Vec<(&'static Engine, &'static Shard)>> = Mutex::new(Vec::new());
+
+    /// How often the watchdog looks while awaited ops are pending, and while none are.
+    const BUSY_TICK: Duration = STALL;
+    const IDLE_TICK: Duration = Duration::from_millis(10);
+
+    /// Adds `shard` to the watched set (starting the watchdog on first use).
+    pub(super) fn watch_shard(e: &'static Engine, shard: &'static Shard) {
+        SHARDS.lock().unwrap_or_else(|p| p.into_inner()).push((e, shard));
+        static STARTED: OnceLock<bool> = OnceLock::new();
+        STARTED.get_or_init(|| {
+            let _ = epoch();
+            std::thread::Builder::new().name("cuda-async-watchdog".into()).spawn(run).is_ok()
+        });
+    }
+
+    fn run() {
+        loop {
+            let shards: Vec<_> = SHARDS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let mut busy = false;
+            for (e, shard) in shards {
+                busy |= e.pending() > 0;
+                let since = shard.in_waker.load(Ordering::SeqCst);
+                if since == 0 || now_ns().saturating_sub(since) < STALL.as_nanos() as u64 {
+                    busy |= since != 0;
+                    continue;
+                }
+                // Claim the stuck waker; if it returned meanwhile, its thread keeps the shard.
+                if shard.in_waker.compare_exchange(since, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                    TAKEOVERS.fetch_add(1, Ordering::Relaxed);
+                    if !spawn_shard(e, shard) {
+                        // No thread could be started: the stuck one keeps the shard (its swap
+                        // will fail, so give it back its claim) rather than leave it to nobody.
+                        shard.in_waker.store(since, Ordering::SeqCst);
+                    }
+                }
+            }
+            std::thread::sleep(if busy { BUSY_TICK } else { IDLE_TICK });
+        }
+    }
+
+    /// How many times a shard was given to a new thread because a waker blocked (a test hook).
+    pub(super) static TAKEOVERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+}
+
+/// How many times the completion engine gave a shard to a new thread because a user waker ran
+/// longer than its stall limit (1 ms) on an engine thread (a test hook).
+#[doc(hidden)]
+pub fn waker_takeovers() -> u64 {
+    watchdog::TAKEOVERS.load(Ordering::Relaxed)
 }

@@ -43,7 +43,7 @@ pub use args::{BufferMut, BufferRef, IntoBufferOp};
 pub use combinators::{join_all, join_concurrent, value};
 pub use context::ExecutionContext;
 #[doc(hidden)]
-pub use engine::marks_watched;
+pub use engine::{marks_watched, waker_takeovers};
 pub use error::{DeviceError, Result};
 pub use ext::{DeviceOpExt, FirstFn, LastFn};
 pub use future::DeviceFuture;

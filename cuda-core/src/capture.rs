@@ -65,12 +65,15 @@ impl Stream {
             return Err(Error::Capture("beginning a capture on a stream that is already being captured"));
         }
         // Registered first (rule 6): no enqueue can slip between the driver's begin and ours.
-        state.capture = Some(Box::new(Capture::new(Box::new(KeepAlive::default()))));
+        let cap = Box::new(Capture::new(Box::new(KeepAlive::default())));
+        self.set_capture_tag(cap.id);
+        state.capture = Some(cap);
         driver::capture_opened();
         // SAFETY: live stream; context bound.
         let res = unsafe { result::stream_begin_capture(self.raw(), mode.raw()) };
         if res.is_err() {
             state.capture = None;
+            self.set_capture_tag(0);
             driver::capture_closed();
         }
         res
@@ -115,6 +118,7 @@ impl Stream {
         let Some(mut cap) = state.capture.take() else {
             return Err(Error::Capture("ending a capture on a stream that is not being captured"));
         };
+        self.set_capture_tag(0);
         driver::capture_closed();
         cap.queue_deferred_frees(self.raw());
         drop(state);

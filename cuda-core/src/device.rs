@@ -225,17 +225,33 @@ impl Device {
 
     /// Waits until all work on every stream of this device has finished.
     ///
+    /// Never overlaps a stream capture: it is refused while any capture begun through this crate
+    /// is open in the process, and no capture can begin until it returns (a capture beginning on
+    /// another thread waits for it). The check and the synchronisation are one step, so a
+    /// capture cannot begin in between (the driver does not support the overlap: see
+    /// `driver::device_wide`).
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{CaptureMode, Device, Error};
+    /// let dev = Device::new(0)?;
+    /// let s = dev.new_stream()?;
+    /// dev.synchronize()?; // nothing is being captured
+    /// s.begin_capture(CaptureMode::ThreadLocal)?;
+    /// assert!(matches!(dev.synchronize(), Err(Error::Capture(_))));
+    /// s.end_capture()?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`Error::Capture`] while any capture is open in the process (a device-wide wait would
-    /// invalidate it); driver errors of queued work (e.g. a kernel fault).
+    /// wait on, and invalidate, the capture); driver errors of queued work (e.g. a kernel fault).
     pub fn synchronize(&self) -> Result<()> {
-        if driver::any_capture_open() {
-            // A device-wide synchronisation would wait on (and invalidate) the open capture.
-            return Err(Error::Capture("synchronizing the device while a stream capture is active"));
-        }
         self.bind()?;
-        // SAFETY: this device's context is current.
-        unsafe { result::ctx_synchronize() }
+        driver::device_wide("synchronizing the device while a stream capture is active", || {
+            // SAFETY: this device's context is current; no capture is open (the gate).
+            unsafe { result::ctx_synchronize() }
+        })
     }
 
     /// The `--gpu-architecture` value NVRTC should compile for, e.g. `sm_90`.

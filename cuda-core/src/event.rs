@@ -53,7 +53,25 @@ const POOL_CAP: usize = 256;
 
 /// An untimed [`Event`] taken from its device's pool, returned to the pool on drop instead of
 /// being destroyed. Reuse is safe: a stream wait or query binds to the record that preceded it,
-/// so a later re-record by the next user changes nothing for earlier waiters.
+/// so a later re-record by the next user changes nothing for earlier waiters; and an event whose
+/// last record was made inside a stream capture is destroyed on drop, never pooled, so no user
+/// gets a handle that still belongs to a capture.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// use cuda_core::{CaptureMode, Device, Event};
+/// let dev = Device::new(0)?;
+/// let (capturing, other) = (dev.new_stream()?, dev.new_stream()?);
+/// capturing.begin_capture(CaptureMode::ThreadLocal)?;
+/// let ev = Event::pooled(&dev)?;
+/// ev.record(&capturing)?; // inside the capture
+/// drop(ev); // destroyed, not pooled
+/// let fresh = Event::pooled(&dev)?; // never the captured handle
+/// fresh.record(&other)?;
+/// other.wait_event(&fresh)?; // `other` stays out of the capture
+/// capturing.end_capture()?;
+/// # Ok(()) }
+/// ```
 pub struct PooledEvent {
     event: std::mem::ManuallyDrop<Event>,
 }
@@ -67,8 +85,14 @@ impl std::ops::Deref for PooledEvent {
 
 impl Drop for PooledEvent {
     fn drop(&mut self) {
+        // Capture membership travels with the handle: the driver remembers that the last record
+        // was made inside a capture, and a wait on the handle would pull the waiting stream into
+        // that capture. So an event whose last record was captured (tag != 0) never goes back to
+        // the pool, where it would come out looking untouched: it is destroyed instead, and the
+        // next `Event::pooled` creates a fresh one.
+        let tagged = *self.event.lock_tag() != 0;
         let mut pool = self.event.device.inner().event_pool.lock().unwrap_or_else(|e| e.into_inner());
-        if pool.len() < POOL_CAP {
+        if !tagged && pool.len() < POOL_CAP {
             pool.push(self.event.raw);
         } else {
             drop(pool);

@@ -2,7 +2,7 @@
 
 use crate::driver::result;
 use crate::error::{Error, Result};
-use crate::memory::{ordered_on, Access, Allocation, DeviceBuffer, DeviceRepr};
+use crate::memory::{ordered, Access, Allocation, DeviceBuffer, DeviceRepr, InCapture, KeepAlive};
 use crate::module::Function;
 use crate::stream::Stream;
 use cudarc::driver::sys;
@@ -312,7 +312,12 @@ impl Function {
                         .unwrap_or(0),
                 });
             }
-            ordered_on(stream, homes, enqueue)
+            // Recorded into a capture, the graph also keeps this kernel's module loaded.
+            let keep = |k: &mut KeepAlive| {
+                k.add_allocs(&homes.iter().flatten().map(|(a, _)| *a).collect::<Vec<_>>());
+                k.add_function(self);
+            };
+            ordered(stream, homes, &[], InCapture::Record, keep, enqueue)
         })
     }
 }

@@ -102,9 +102,12 @@ impl Device {
             return Ok(());
         }
         self.bind()?;
-        // SAFETY: this device's primary context is current; `peer`'s primary context is retained
-        // for the process.
-        unsafe { result::ctx_enable_peer_access(peer.cu_context()) }?;
+        // A device-wide change: never while a capture is open (see `driver::device_wide`).
+        crate::driver::device_wide("enabling peer access while a stream capture is active", || {
+            // SAFETY: this device's primary context is current; `peer`'s primary context is
+            // retained for the process.
+            unsafe { result::ctx_enable_peer_access(peer.cu_context()) }
+        })?;
         enabled.get_or_insert_with(HashSet::new).insert(key);
         Ok(())
     }

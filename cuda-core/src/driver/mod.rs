@@ -7,8 +7,7 @@
 
 use crate::error::{Error, Result};
 use cudarc::driver::sys;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
 pub(crate) mod result;
 
@@ -69,26 +68,71 @@ pub fn driver_version() -> Result<(u32, u32)> {
 /// driver of the R580 branch or newer.
 pub const MIN_DRIVER_CUDA_VERSION: (u32, u32) = (13, 0);
 
-/// How many stream captures begun through this crate are open, process-wide. Kept here, below
-/// every module that needs it: the capture code counts captures in and out (`Stream::begin_capture`,
-/// `Stream::end_capture`, and the drop of a stream with an open capture), and
-/// `Device::synchronize` refuses while any is open.
-static OPEN_CAPTURES: AtomicUsize = AtomicUsize::new(0);
-
-/// Whether any capture is open anywhere in the process (one atomic load).
-#[inline]
-pub(crate) fn any_capture_open() -> bool {
-    OPEN_CAPTURES.load(Ordering::Acquire) != 0
+/// The capture gate: how many stream captures begun through this crate are open, and how many
+/// device-wide operations are in flight, process-wide. Kept here, below every module that needs
+/// it.
+///
+/// **Why.** A device-wide operation (`cuCtxSynchronize`, enabling peer access) that overlaps a
+/// stream capture on another thread is not something the driver supports: measured on the H100
+/// (driver 580), `Device::synchronize` on one thread while another begins and ends captures in a
+/// loop crashed the process with SIGSEGV inside libcuda within a second, when the old check (one
+/// atomic load, then the call) let a capture begin between the check and the synchronisation.
+/// So the two never overlap: a device-wide operation runs only while no capture is open (it is
+/// refused otherwise: waiting could deadlock on a capture of its own thread), and a capture waits
+/// to begin while a device-wide operation is in flight (those only wait for queued GPU work).
+struct Gate {
+    open_captures: usize,
+    device_wide: usize,
 }
 
-/// Counts a capture in (before the driver is asked to begin it).
+static GATE: Mutex<Gate> = Mutex::new(Gate { open_captures: 0, device_wide: 0 });
+static GATE_FREE: Condvar = Condvar::new();
+
+fn gate() -> MutexGuard<'static, Gate> {
+    GATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Counts a capture in (before the driver is asked to begin it), first waiting for any
+/// device-wide operation in flight to finish.
 pub(crate) fn capture_opened() {
-    OPEN_CAPTURES.fetch_add(1, Ordering::AcqRel);
+    let mut g = gate();
+    while g.device_wide > 0 {
+        g = GATE_FREE.wait(g).unwrap_or_else(|p| p.into_inner());
+    }
+    g.open_captures += 1;
 }
 
 /// Counts a capture out (once the driver has ended it, or refused to begin it).
 pub(crate) fn capture_closed() {
-    OPEN_CAPTURES.fetch_sub(1, Ordering::AcqRel);
+    let mut g = gate();
+    g.open_captures = g.open_captures.saturating_sub(1);
+}
+
+/// Runs `f`, a device-wide driver operation, with no capture open anywhere in the process and
+/// none able to begin until it returns.
+///
+/// Errors: [`Error::Capture`] naming `what` if a capture is open; the error of `f`.
+pub(crate) fn device_wide<R>(what: &'static str, f: impl FnOnce() -> Result<R>) -> Result<R> {
+    {
+        let mut g = gate();
+        if g.open_captures > 0 {
+            return Err(Error::Capture(what));
+        }
+        g.device_wide += 1;
+    }
+    // Leaves the gate even if `f` panics.
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            let mut g = gate();
+            g.device_wide -= 1;
+            if g.device_wide == 0 {
+                GATE_FREE.notify_all();
+            }
+        }
+    }
+    let _leave = Leave;
+    f()
 }
 
 /// Sets the calling thread's stream-capture interaction mode to *relaxed*

@@ -22,6 +22,10 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Arc;
 
+/// Why an event node naming an event recorded inside a capture is refused.
+const EVENT_IN_CAPTURE: &str =
+    "an event node naming an event last recorded inside a stream capture (it belongs to that capture)";
+
 /// A node of a graph or of a conditional body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Node {
@@ -523,9 +527,13 @@ impl<'g> GraphBody<'g> {
     /// Records `event` when the node is reached (the event is kept alive by the graph).
     ///
     /// # Errors
-    /// As for [`GraphBody::add_empty`].
+    /// [`Error::Capture`] if `event` was last recorded inside a stream capture (it belongs to that
+    /// capture; re-record it outside one first); otherwise as for [`GraphBody::add_empty`].
     pub fn add_event_record(&mut self, event: &Arc<Event>, deps: &[Node]) -> Result<Node> {
-        self.keep.add_extra(event.clone());
+        if *event.lock_tag() != 0 {
+            return Err(Error::Capture(EVENT_IN_CAPTURE));
+        }
+        self.keep.add_event(event);
         let (g, e) = (self.raw, event.raw());
         // SAFETY: live graph and event (kept above).
         self.add(deps, |d| unsafe { result::graph_add_event_record_node(g, d, e) })
@@ -533,10 +541,18 @@ impl<'g> GraphBody<'g> {
 
     /// Waits for `event` before the node's dependents run (the event is kept alive by the graph).
     ///
+    /// An event recorded inside a stream capture is refused here, and an event recorded inside one
+    /// after the node was added makes [`Graph::instantiate`] and [`crate::GraphExec::launch`]
+    /// refuse: a wait on it would pull the launch into the capture.
+    ///
     /// # Errors
-    /// As for [`GraphBody::add_empty`].
+    /// [`Error::Capture`] if `event` was last recorded inside a stream capture; otherwise as for
+    /// [`GraphBody::add_empty`].
     pub fn add_event_wait(&mut self, event: &Arc<Event>, deps: &[Node]) -> Result<Node> {
-        self.keep.add_extra(event.clone());
+        if *event.lock_tag() != 0 {
+            return Err(Error::Capture(EVENT_IN_CAPTURE));
+        }
+        self.keep.add_event(event);
         let (g, e) = (self.raw, event.raw());
         // SAFETY: live graph and event (kept above).
         self.add(deps, |d| unsafe { result::graph_add_event_wait_node(g, d, e) })
@@ -580,6 +596,7 @@ impl<'g> GraphBody<'g> {
             for (a, _) in allocs.iter().flatten() {
                 self.keep.add_alloc(a);
             }
+            self.keep.add_function(f);
             let uses: Vec<(usize, Access)> = allocs.iter().flatten().map(|(a, k)| (key(a), *k)).collect();
             let mut p: sys::CUDA_KERNEL_NODE_PARAMS = crate::zeroed::Zeroable::zeroed();
             p.func = f.raw();

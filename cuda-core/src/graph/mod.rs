@@ -113,6 +113,11 @@ fn next_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// Why a graph with an event node naming an event recorded inside a capture is not instantiated
+/// or launched.
+const EVENT_NODE_IN_CAPTURE: &str =
+    "a graph whose event node names an event last recorded inside a stream capture (it belongs to that capture)";
+
 /// An owned graph (`CUgraph`), destroyed on drop. It keeps every allocation its nodes use (nodes
 /// recorded by stream capture through this crate, or added explicitly), plus the host closures and
 /// events of its nodes.
@@ -240,6 +245,8 @@ impl Graph {
         }
         self.device.bind()?;
         let _g = self.guard();
+        // Held across the instantiation: no event of an event node may belong to a capture.
+        let _events = self.keep.lock_events(EVENT_NODE_IN_CAPTURE)?;
         // SAFETY: live graph, used under its lock.
         let raw = unsafe { result::graph_instantiate(self.raw, flags.0) }?;
         let keep = Arc::new(self.keep.clone());
@@ -408,11 +415,14 @@ impl GraphExec {
                 captured.set(true);
             },
             || {
+                // Held across the launch (after the stream locks, the crate's lock order): no
+                // event of an event node may belong to a capture.
+                let _events = self.keep.lock_events(EVENT_NODE_IN_CAPTURE)?;
                 // SAFETY: live handles; every address in the graph belongs to an allocation in
                 // `self.keep`, which outlives every replay (see the type docs).
                 unsafe { result::graph_launch(self.raw, stream.raw()) }?;
                 if let (Some(ev), false) = (&ev, captured.get()) {
-                    match ev.record_unchecked(stream) {
+                    match ev.record_locked(stream) {
                         Ok(()) => recorded.set(true),
                         // Without the event the extras could be released too early: wait instead.
                         Err(e) => {

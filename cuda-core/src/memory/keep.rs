@@ -2,6 +2,8 @@
 
 use super::alloc::Allocation;
 use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::module::Function;
 use crate::stream::Stream;
 use std::any::Any;
 use std::collections::HashSet;
@@ -14,6 +16,7 @@ use std::sync::Arc;
 /// - *extras* that are not stream-ordered (host-node closures, events of event nodes): an
 ///   executable graph holding any extra releases them only after an event behind its last queued
 ///   replay has completed (see `GraphExec`);
+/// - the kernels (and so the modules) its kernel nodes launch;
 /// - *serial* streams: every replay is ordered after everything queued on them and they after it
 ///   (a graph pool's stream), like a home stream with no memory.
 #[derive(Default, Clone)]
@@ -21,6 +24,13 @@ pub(crate) struct KeepAlive {
     pub(crate) allocs: Vec<Arc<Allocation>>,
     seen: HashSet<usize>,
     pub(crate) extras: Vec<Arc<dyn Any + Send + Sync>>,
+    /// The events of event-record and event-wait nodes (also kept until replays complete). Typed,
+    /// because their capture membership is checked before every instantiation and launch
+    /// ([`KeepAlive::lock_events`]).
+    pub(crate) events: Vec<Arc<Event>>,
+    /// The kernels of kernel nodes (each keeps its module loaded): a replay must never run code
+    /// whose module was unloaded because the user dropped it after the capture.
+    functions: Vec<Function>,
     pub(crate) serial: Vec<Stream>,
 }
 
@@ -37,6 +47,42 @@ impl KeepAlive {
         self.extras.push(x);
     }
 
+    /// Adds the kernel of a kernel node (keeping its module loaded).
+    pub(crate) fn add_function(&mut self, f: &Function) {
+        if !self.functions.iter().any(|k| k.raw() == f.raw()) {
+            self.functions.push(f.clone());
+        }
+    }
+
+    /// Adds the event of an event node.
+    pub(crate) fn add_event(&mut self, e: &Arc<Event>) {
+        if !self.events.iter().any(|k| Arc::ptr_eq(k, e)) {
+            self.events.push(e.clone());
+        }
+    }
+
+    /// Locks the capture tags of every event this graph's nodes record or wait on (in address
+    /// order, each once) and checks that none was last recorded inside a stream capture: an
+    /// event-wait node on such an event would join the capture when the graph is instantiated or
+    /// launched, and an event-record node would re-record an event that belongs to it. The guards
+    /// are held across the driver call, so no capture can record one of them in between.
+    ///
+    /// Errors: [`Error::Capture`] if one is tagged.
+    pub(crate) fn lock_events(&self, during: &'static str) -> Result<Vec<std::sync::MutexGuard<'_, u64>>> {
+        let mut events: Vec<&Arc<Event>> = self.events.iter().collect();
+        events.sort_by_key(|e| Arc::as_ptr(e) as usize);
+        events.dedup_by_key(|e| Arc::as_ptr(e) as usize);
+        let mut guards = Vec::with_capacity(events.len());
+        for e in events {
+            let tag = e.lock_tag();
+            if *tag != 0 {
+                return Err(Error::Capture(during));
+            }
+            guards.push(tag);
+        }
+        Ok(guards)
+    }
+
     /// Adds a stream every replay is serialised through.
     pub(crate) fn add_serial(&mut self, s: &Stream) {
         if !self.serial.contains(s) {
@@ -50,6 +96,12 @@ impl KeepAlive {
             self.add_alloc(a);
         }
         self.extras.extend(other.extras.iter().cloned());
+        for e in &other.events {
+            self.add_event(e);
+        }
+        for f in &other.functions {
+            self.add_function(f);
+        }
         for s in &other.serial {
             self.add_serial(s);
         }
@@ -57,7 +109,7 @@ impl KeepAlive {
 
     /// Whether anything must be kept until replays have *completed* (not just been ordered).
     pub(crate) fn has_extras(&self) -> bool {
-        !self.extras.is_empty()
+        !self.extras.is_empty() || !self.events.is_empty()
     }
 
     /// Records `allocs` (and nothing else).

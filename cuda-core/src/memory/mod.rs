@@ -24,7 +24,6 @@ pub use access::Access;
 pub use alloc::Allocation;
 pub use buffer::DeviceBuffer;
 pub(crate) use keep::KeepAlive;
-pub(crate) use order::ordered_on;
 pub(crate) use order::{ordered, InCapture};
 #[cfg(feature = "nccl")]
 pub(crate) use order::{ordered_group, GroupPart};

@@ -335,7 +335,7 @@ pub(crate) fn ordered_group<R>(
 pub(crate) fn record(s: &Stream) -> Result<PooledEvent> {
     let ev = Event::pooled(s.device())?;
     s.device().bind()?;
-    ev.record_unchecked(s)?;
+    ev.record_locked(s)?;
     Ok(ev)
 }
 

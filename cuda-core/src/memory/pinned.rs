@@ -192,7 +192,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
             copy(host, stream.raw())?;
             // Recorded under the stream's lock, right behind the copy: the host waits for it before
             // touching `self`. Without it, wait for the copy here.
-            match ev.record_unchecked(stream) {
+            match ev.record_locked(stream) {
                 Ok(()) => tracked = true,
                 Err(e) => {
                     stream.sync_unchecked()?;

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::event::Event;
 use cudarc::driver::sys;
 use state::StreamState;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 mod callback;
@@ -33,6 +34,10 @@ struct StreamInner {
     state: Mutex<StreamState>,
     /// The progress counter, made on the first [`Stream::mark_progress`].
     progress: OnceLock<crate::progress::Slot>,
+    /// The id of the capture open on this stream (0: none): a copy of `state.capture`'s id, written
+    /// only under the enqueue lock, so that code holding the lock deep inside an enqueue can read
+    /// it without the state (see [`Stream::capture_tag`]).
+    capture_id: AtomicU64,
 }
 
 // SAFETY: a CUstream may be used from any thread; the driver serialises enqueues internally.
@@ -49,6 +54,7 @@ impl Drop for StreamInner {
         // A capture still open on the last handle is abandoned: end it (discarding the graph), and
         // queue the frees it deferred. What it kept alive is released after this (no lock held).
         let abandoned = state::abandon(self.raw, state);
+        self.capture_id.store(0, Ordering::Relaxed);
         // SAFETY: we own the handle and nothing uses it after the last Arc is gone. The driver
         // defers the release until queued work is complete. An error cannot be reported here.
         crate::error::note_drop(unsafe { result::stream_destroy(self.raw) });
@@ -161,6 +167,7 @@ impl Stream {
                 raw,
                 state: Mutex::new(StreamState::default()),
                 progress: OnceLock::new(),
+                capture_id: AtomicU64::new(0),
             }),
         })
     }
@@ -176,6 +183,21 @@ impl Stream {
     /// [`Stream::id`] (locks of several streams are taken in increasing id order).
     pub(crate) fn lock(&self) -> MutexGuard<'_, StreamState> {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The id of the capture open on this stream (0: none). Meaningful to a caller that holds
+    /// the enqueue lock (it cannot change then); every event record reads it, so an event recorded
+    /// inside a capture is tagged with it whichever path recorded it (see `capture` rule 3).
+    #[inline]
+    pub(crate) fn capture_tag(&self) -> u64 {
+        self.inner.capture_id.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`Stream::capture_tag`]; called only with the enqueue lock held, wherever the state's
+    /// capture is set or cleared.
+    #[inline]
+    pub(crate) fn set_capture_tag(&self, id: u64) {
+        self.inner.capture_id.store(id, Ordering::Relaxed);
     }
 
     /// A stable identity for lock ordering.
@@ -270,11 +292,27 @@ impl Stream {
         let state = self.lock();
         let tag = event.lock_tag();
         state::check_wait(&state, *tag)?;
-        self.wait_unchecked(event)
+        self.wait_tag_held(event)
     }
 
-    /// `cuStreamWaitEvent` without checks; the caller holds the locks and made them.
+    /// `cuStreamWaitEvent` for the crate's own waits (the caller holds this stream's enqueue lock
+    /// and has checked whose capture it is). Capture membership is still checked here, at the one
+    /// place every wait goes through: under the event's tag lock (so no record can slip in
+    /// between), a wait that would join this stream to a capture it is not part of — an event
+    /// recorded inside a capture, waited on by another stream — is refused, whatever the caller
+    /// believed about the event.
     pub(crate) fn wait_unchecked(&self, event: &Event) -> Result<()> {
+        let tag = event.lock_tag();
+        if *tag != 0 && *tag != self.capture_tag() {
+            return Err(Error::Capture(
+                "waiting on an event recorded inside a stream capture would fork the capture onto this stream",
+            ));
+        }
+        self.wait_tag_held(event)
+    }
+
+    /// The raw wait, with the event's tag lock held by the caller.
+    fn wait_tag_held(&self, event: &Event) -> Result<()> {
         self.inner.device.bind()?;
         // SAFETY: live stream and event handles; context bound.
         unsafe { result::stream_wait_event(self.raw(), event.raw(), "making a stream wait on an event") }

@@ -21,11 +21,7 @@ impl Event {
         self.device().bind()?;
         let mut state = stream.lock();
         state.mode()?; // refuses another thread's capture
-        let id = state.capture_id().unwrap_or(0);
-        let mut tag = self.lock_tag();
-        self.record_unchecked(stream)?;
-        *tag = id;
-        Ok(())
+        self.record_locked(stream)
     }
 
     fn check_device(&self, stream: &Stream) -> Result<()> {
@@ -39,10 +35,16 @@ impl Event {
         Ok(())
     }
 
-    /// `cuEventRecord` with no checks: for the crate's private events, with the stream's lock held
-    /// by the caller, who has checked its capture state.
-    pub(crate) fn record_unchecked(&self, stream: &Stream) -> Result<()> {
+    /// `cuEventRecord` for the crate's own records, with the stream's enqueue lock held by the
+    /// caller, who has checked whose capture it is. The event's capture membership (its tag) is
+    /// set here from the stream's capture, under the event's tag lock, for every record: however
+    /// the caller got here, an event recorded inside a capture is known as such, so no wait can
+    /// fork the capture through it and it is never recycled (`PooledEvent`'s drop).
+    pub(crate) fn record_locked(&self, stream: &Stream) -> Result<()> {
+        let mut tag = self.lock_tag();
         // SAFETY: live event and stream of the same context (checked or constructed so).
-        unsafe { result::event_record(self.raw(), stream.raw()) }
+        unsafe { result::event_record(self.raw(), stream.raw()) }?;
+        *tag = stream.capture_tag();
+        Ok(())
     }
 }

@@ -69,12 +69,6 @@ pub(crate) enum Mode<'a> {
 }
 
 impl StreamState {
-    /// The capture id if the stream is being captured (by any thread).
-    #[inline]
-    pub(crate) fn capture_id(&self) -> Option<u64> {
-        self.capture.as_ref().map(|c| c.id)
-    }
-
     /// How an enqueue on this stream proceeds. Errors if another thread is capturing it.
     #[inline]
     pub(crate) fn mode(&mut self) -> Result<Mode<'_>> {

@@ -1,0 +1,107 @@
+//! Diagnostic: does the raw driver (no cuda-core in between) survive `cuCtxSynchronize` on one
+//! thread while another thread begins and ends stream captures in a loop? This is the driver-level
+//! behaviour behind `cuda_core`'s capture gate (`driver::device_wide`): run it on a GPU host, under
+//! `cuda-gdb` for a backtrace if it crashes.
+//!
+//! ```text
+//! capture-race-probe [global|thread-local|relaxed] [SECONDS]
+//! ```
+//!
+//! Prints how many captures and synchronisations ran and which driver errors they returned; a
+//! crash ends the process with a signal instead.
+
+use cudarc::driver::sys;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+fn check(r: sys::CUresult, what: &str) {
+    if r != sys::CUresult::CUDA_SUCCESS {
+        eprintln!("{what}: {r:?}");
+        std::process::exit(2);
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let mode = match args.get(1).map(String::as_str) {
+        Some("global") => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+        Some("relaxed") => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        _ => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    };
+    let secs: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(3);
+    // SAFETY: raw driver calls with valid out-pointers (likewise below, on the primary context of
+    // device 0 made current on each thread before use; handles are used only while alive).
+    let ctx = unsafe {
+        check(sys::cuInit(0), "cuInit");
+        let mut dev = 0;
+        check(sys::cuDeviceGet(&mut dev, 0), "cuDeviceGet");
+        let mut ctx = std::ptr::null_mut();
+        check(sys::cuDevicePrimaryCtxRetain(&mut ctx, dev), "retain");
+        ctx as usize
+    };
+    let stop = AtomicBool::new(false);
+    let errors: Mutex<BTreeMap<String, usize>> = Mutex::new(BTreeMap::new());
+    let note = |what: &str, r: sys::CUresult| {
+        if r != sys::CUresult::CUDA_SUCCESS {
+            *errors.lock().unwrap().entry(format!("{what}: {r:?}")).or_default() += 1;
+        }
+    };
+    let (mut captures, mut syncs) = (0u64, 0u64);
+    std::thread::scope(|sc| {
+        // SAFETY: as above.
+        let cap = sc.spawn(|| unsafe {
+            check(sys::cuCtxSetCurrent(ctx as sys::CUcontext), "set current");
+            let mut s = std::ptr::null_mut();
+            check(sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32), "stream");
+            let mut p = 0;
+            check(sys::cuMemAlloc_v2(&mut p, 1 << 16), "alloc");
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let r = sys::cuStreamBeginCapture_v2(s, mode);
+                note("begin capture", r);
+                if r != sys::CUresult::CUDA_SUCCESS {
+                    continue;
+                }
+                note("memset in capture", sys::cuMemsetD32Async(p, n as u32, 1 << 14, s));
+                let mut g = std::ptr::null_mut();
+                note("end capture", sys::cuStreamEndCapture(s, &mut g));
+                if !g.is_null() {
+                    let mut e = std::ptr::null_mut();
+                    let r = sys::cuGraphInstantiateWithFlags(&mut e, g, 0);
+                    note("instantiate", r);
+                    if r == sys::CUresult::CUDA_SUCCESS {
+                        note("launch", sys::cuGraphLaunch(e, s));
+                        note("exec destroy", sys::cuGraphExecDestroy(e));
+                    }
+                    note("graph destroy", sys::cuGraphDestroy(g));
+                }
+                n += 1;
+            }
+            note("stream sync", sys::cuStreamSynchronize(s));
+            n
+        });
+        // SAFETY: as above.
+        let sync = sc.spawn(|| unsafe {
+            check(sys::cuCtxSetCurrent(ctx as sys::CUcontext), "set current");
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                note("ctx synchronize", sys::cuCtxSynchronize());
+                n += 1;
+            }
+            n
+        });
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(secs) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, Ordering::Relaxed);
+        captures = cap.join().unwrap_or(0);
+        syncs = sync.join().unwrap_or(0);
+    });
+    println!("PROBE-DONE mode={:?} captures={captures} ctx_syncs={syncs}", args.get(1));
+    for (e, n) in errors.lock().unwrap().iter() {
+        println!("  {n} x {e}");
+    }
+}

@@ -1,0 +1,347 @@
+//! GPU suite for capture membership and device-wide operations racing captures (soundness round
+//! 3): an object that took part in a capture never comes back looking untouched, an explicitly
+//! built graph cannot pull a launch into someone's open capture, a graph keeps its kernels' code
+//! loaded, and device-wide operations never overlap a capture on another thread.
+
+use cuda_async_tests::{ensure, Suite, TestResult};
+use cuda_core::{
+    CaptureMode, CaptureStatus, Device, DeviceBuffer, Error, Event, Graph, LaunchConfig, Stream,
+};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn dev() -> Result<Device, cuda_core::Error> {
+    Device::new(0)
+}
+
+/// Allocates on `s`, fills, reads back: the stream is not part of any capture (an allocation pulled
+/// into a capture would be graph memory, and the fill would never run).
+fn stream_runs_eagerly(s: &Stream, v: u32, what: &str) -> TestResult {
+    ensure(s.capture_status()? == CaptureStatus::None, format!("{what}: the stream joined a capture"))?;
+    let mut buf = DeviceBuffer::<u32>::zeros(s, 4096)?;
+    buf.fill(s, v)?;
+    let host = buf.to_vec()?;
+    ensure(host.iter().all(|&x| x == v), format!("{what}: the fill did not run"))
+}
+
+/// Pooled events recorded inside a capture and dropped there are never handed out again: every
+/// pooled event taken afterwards (more than the pool holds) can be waited on by another stream
+/// without that stream joining the capture, and work there runs. Under every capture mode.
+fn pooled_event_from_a_capture_is_not_recycled() -> TestResult {
+    let d = dev()?;
+    for mode in [CaptureMode::ThreadLocal, CaptureMode::Global, CaptureMode::Relaxed] {
+        let (capturing, other) = (Stream::new(&d)?, Stream::new(&d)?);
+        let mut kept = DeviceBuffer::<u32>::zeros(&capturing, 256)?;
+        capturing.synchronize()?;
+        capturing.begin_capture(mode)?;
+        kept.fill(&capturing, 5)?;
+        // Several events recorded inside the capture, all dropped (back to the pool, before the fix).
+        for _ in 0..8 {
+            let ev = Event::pooled(&d)?;
+            ev.record(&capturing)?;
+        }
+        // Every event the pool hands out now, never recorded: a wait on it must be a no-op.
+        let fresh: Vec<_> = (0..300).map(|_| Event::pooled(&d)).collect::<Result<_, _>>()?;
+        for ev in &fresh {
+            other.wait_event(ev)?;
+            ensure(
+                other.capture_status()? == CaptureStatus::None,
+                format!("{mode:?}: a wait on a pooled event pulled another stream into the capture"),
+            )?;
+        }
+        stream_runs_eagerly(&other, 9, &format!("{mode:?}, after waiting on pooled events"))?;
+        let graph = capturing.end_capture()?;
+        let exec = graph.instantiate(Default::default())?;
+        exec.launch(&capturing)?;
+        ensure(kept.to_vec()?.iter().all(|&x| x == 5), format!("{mode:?}: the capture's replay"))?;
+    }
+    Ok(())
+}
+
+/// An event recorded inside a capture cannot be waited on by another stream even after the capture
+/// ended (it still names the capture's nodes), through the public wait; re-recording it eagerly
+/// makes it an ordinary event again, and then it may go back to the pool.
+fn captured_event_stays_refused_until_re_recorded() -> TestResult {
+    let d = dev()?;
+    let (capturing, other) = (Stream::new(&d)?, Stream::new(&d)?);
+    let ev = Event::pooled(&d)?;
+    capturing.begin_capture(CaptureMode::ThreadLocal)?;
+    ev.record(&capturing)?;
+    let during = other.wait_event(&ev);
+    drop(capturing.end_capture()?);
+    let after = other.wait_event(&ev);
+    ensure(matches!(during, Err(Error::Capture(_))), format!("wait during the capture: {during:?}"))?;
+    ensure(matches!(after, Err(Error::Capture(_))), format!("wait after the capture: {after:?}"))?;
+    ensure(matches!(ev.query(), Err(Error::Capture(_))), "query of a captured event")?;
+    ev.record(&capturing)?; // eagerly now
+    other.wait_event(&ev)?;
+    ev.synchronize()?;
+    drop(ev); // untagged: back to the pool
+    stream_runs_eagerly(&other, 3, "after re-recording")
+}
+
+/// Event nodes of explicitly built graphs: an event recorded inside an open capture is refused when
+/// added, and one recorded inside a capture after it was added makes instantiation and launch
+/// refuse, leaving the capture intact (it ends normally and its graph replays).
+fn event_nodes_cannot_join_an_open_capture() -> TestResult {
+    let d = dev()?;
+    for node in ["wait", "record"] {
+        let (capturing, launcher) = (Stream::new(&d)?, Stream::new(&d)?);
+        let mut kept = DeviceBuffer::<u32>::zeros(&capturing, 256)?;
+        let ev = Arc::new(Event::new(&d, false)?);
+        let mut g = Graph::new(&d)?;
+        {
+            let mut b = g.builder();
+            let add = |b: &mut cuda_core::GraphBody<'_>| match node {
+                "wait" => b.add_event_wait(&ev, &[]),
+                _ => b.add_event_record(&ev, &[]),
+            };
+            // An exec made while the event is untagged (its launch is checked again below).
+            add(&mut b)?;
+        }
+        let exec = g.instantiate(Default::default())?;
+        capturing.synchronize()?;
+        capturing.begin_capture(CaptureMode::Global)?;
+        kept.fill(&capturing, 7)?;
+        ev.record(&capturing)?; // the event now belongs to the capture
+        let mut g2 = Graph::new(&d)?;
+        let added = {
+            let mut b = g2.builder();
+            match node {
+                "wait" => b.add_event_wait(&ev, &[]),
+                _ => b.add_event_record(&ev, &[]),
+            }
+        };
+        let inst = g.instantiate(Default::default());
+        let launched = exec.launch(&launcher);
+        ensure(matches!(added, Err(Error::Capture(_))), format!("{node}: adding the node: {added:?}"))?;
+        ensure(matches!(inst, Err(Error::Capture(_))), format!("{node}: instantiating: {:?}", inst.err()))?;
+        ensure(matches!(launched, Err(Error::Capture(_))), format!("{node}: launching: {launched:?}"))?;
+        ensure(capturing.capture_status()? == CaptureStatus::Active, format!("{node}: the capture broke"))?;
+        stream_runs_eagerly(&launcher, 4, &format!("{node}: the launching stream"))?;
+        let graph = capturing.end_capture()?;
+        let replay = graph.instantiate(Default::default())?;
+        replay.launch(&capturing)?;
+        ensure(kept.to_vec()?.iter().all(|&x| x == 7), format!("{node}: the capture's replay"))?;
+        // Recorded eagerly again, the event is usable by event nodes.
+        ev.record(&launcher)?;
+        exec.launch(&launcher)?;
+        launcher.synchronize()?;
+    }
+    Ok(())
+}
+
+const INC_SRC: &str = r#"extern "C" __global__ void inc_by(unsigned int* x, unsigned int n, unsigned int v) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += v;
+}"#;
+
+/// A captured graph keeps the module of every kernel it launches loaded: the module and function
+/// are dropped right after the capture, other modules are loaded and dropped meanwhile, and replays
+/// still run the right code.
+fn captured_graph_keeps_its_kernels_loaded() -> TestResult {
+    let d = dev()?;
+    let s = Stream::new(&d)?;
+    let n = 1 << 16;
+    let mut x = DeviceBuffer::<u32>::zeros(&s, n)?;
+    s.synchronize()?;
+    let graph = {
+        let m = d.compile_module("inc_by_keep.cu", INC_SRC, &[])?;
+        let f = m.function("inc_by")?;
+        s.begin_capture(CaptureMode::ThreadLocal)?;
+        // SAFETY: inc_by(u32*, u32, u32) writes x[0..n] only.
+        unsafe { f.launch(&s, LaunchConfig::for_elements(n, 256), (&mut x, n as u32, 3u32))? };
+        s.end_capture()?
+        // `m` and `f` are dropped here: only the graph refers to the kernel now.
+    };
+    for _ in 0..4 {
+        let other =
+            d.compile_module("inc_by_other.cu", &INC_SRC.replace("x[i] += v", "x[i] = 0xdead"), &[])?;
+        drop(other.function("inc_by")?);
+    }
+    let exec = graph.instantiate(Default::default())?;
+    drop(graph);
+    for _ in 0..5 {
+        exec.launch(&s)?;
+    }
+    let host = x.to_vec()?;
+    ensure(host.iter().all(|&v| v == 15), format!("5 replays of +3 gave {:?}", &host[..4]))
+}
+
+/// `Device::synchronize` is refused while this thread (or any) has a capture open, and the capture
+/// is unharmed.
+fn device_sync_refused_during_a_capture() -> TestResult {
+    let d = dev()?;
+    let s = Stream::new(&d)?;
+    let mut x = DeviceBuffer::<u32>::zeros(&s, 1024)?;
+    s.synchronize()?;
+    s.begin_capture(CaptureMode::Global)?;
+    x.fill(&s, 2)?;
+    let refused = d.synchronize();
+    let status = s.capture_status()?;
+    let graph = s.end_capture()?;
+    ensure(matches!(refused, Err(Error::Capture(_))), format!("synchronize during a capture: {refused:?}"))?;
+    ensure(status == CaptureStatus::Active, "the capture was invalidated")?;
+    graph.instantiate(Default::default())?.launch(&s)?;
+    ensure(x.to_vec()?.iter().all(|&v| v == 2), "the replay")?;
+    d.synchronize()?;
+    Ok(())
+}
+
+/// A capture that begins while a device synchronisation is in flight waits for it: the
+/// synchronisation (of a 300 ms kernel) returns before the capture begins, and both succeed.
+fn capture_waits_for_an_inflight_device_sync() -> TestResult {
+    let d = dev()?;
+    let (busy, cap) = (Stream::new(&d)?, Stream::new(&d)?);
+    let k = d.compile_module("spin_sync.cu", SPIN_SRC, &[])?.function("spin")?;
+    let one = LaunchConfig { grid: (1, 1, 1), block: (1, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: spin(u64) touches no memory.
+    unsafe { k.launch(&busy, one, (300_000_000u64,))? };
+    let t0 = Instant::now();
+    let synced_at = std::thread::scope(|sc| {
+        let h = sc.spawn(|| d.synchronize().map(|()| t0.elapsed()));
+        std::thread::sleep(Duration::from_millis(50));
+        let r = (|| -> cuda_core::Result<Duration> {
+            cap.begin_capture(CaptureMode::ThreadLocal)?;
+            let began = t0.elapsed();
+            drop(cap.end_capture()?);
+            Ok(began)
+        })();
+        (h.join(), r)
+    });
+    let (sync, began) = synced_at;
+    let synced = sync.map_err(|_| "the synchronising thread panicked")??;
+    let began = began?;
+    ensure(synced >= Duration::from_millis(250), format!("the device sync returned after {synced:?}"))?;
+    ensure(began >= synced, format!("the capture began at {began:?}, during the device sync ({synced:?})"))
+}
+
+const SPIN_SRC: &str = r#"extern "C" __global__ void spin(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    now = start;
+    while (now - start < ns) { __nanosleep(1000); asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); }
+}"#;
+
+const CHILD: &str = "CUDA_ASYNC_TEST_CAPTURE_RACE_CHILD";
+
+/// The racing part, run in a child process (a crash must fail the test, not end the suite): for
+/// `secs` seconds, threads that begin, record into and end captures (and instantiate and replay
+/// their graphs) race threads that synchronize the device and enable peer access on it. Every
+/// device-wide call returns `Ok` or `Error::Capture`; every capture ends with a graph whose replay
+/// is right. Prints `RACE-OK` and the counts.
+fn race_child(mode: &str) -> TestResult {
+    let d = dev()?;
+    let mode = match mode {
+        "global" => CaptureMode::Global,
+        "relaxed" => CaptureMode::Relaxed,
+        _ => CaptureMode::ThreadLocal,
+    };
+    let stop = AtomicBool::new(false);
+    let (syncs, refused, captures) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    std::thread::scope(|sc| -> TestResult {
+        let mut hs = Vec::new();
+        for t in 0..2u32 {
+            let (stop, captures) = (&stop, &captures);
+            hs.push(sc.spawn(move || -> TestResult {
+                let s = Stream::new(&d)?;
+                let mut x = DeviceBuffer::<u32>::zeros(&s, 1 << 12)?;
+                s.synchronize()?;
+                let mut k = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    k += 1;
+                    s.begin_capture(mode)?;
+                    x.fill(&s, k + t)?;
+                    let g = s.end_capture()?;
+                    g.instantiate(Default::default())?.launch(&s)?;
+                    if k.is_multiple_of(64) {
+                        let v = x.to_vec()?;
+                        ensure(v.iter().all(|&e| e == k + t), "a replay's result")?;
+                    }
+                    captures.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            }));
+        }
+        for _ in 0..2 {
+            let (stop, syncs, refused) = (&stop, &syncs, &refused);
+            hs.push(sc.spawn(move || -> TestResult {
+                while !stop.load(Ordering::Relaxed) {
+                    match d.synchronize() {
+                        Ok(()) => syncs.fetch_add(1, Ordering::Relaxed),
+                        Err(Error::Capture(_)) => refused.fetch_add(1, Ordering::Relaxed),
+                        Err(e) => return Err(format!("device synchronize: {e}").into()),
+                    };
+                    d.enable_peer_access(&d)?;
+                    let _ = d.memory_info()?;
+                }
+                Ok(())
+            }));
+        }
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, Ordering::Relaxed);
+        for h in hs {
+            h.join().map_err(|_| "a racing thread panicked")??;
+        }
+        Ok(())
+    })?;
+    let (s, r, c) = (syncs.into_inner(), refused.into_inner(), captures.into_inner());
+    ensure(c > 100 && s + r > 100, format!("too little racing: {c} captures, {s} syncs, {r} refused"))?;
+    d.synchronize()?;
+    println!("RACE-OK {c} captures, {s} device syncs, {r} refused");
+    Ok(())
+}
+
+/// `Device::synchronize` racing captures on other threads, in every capture mode: no crash (this
+/// was a SIGSEGV inside the driver within a second), each call `Ok` or refused, every capture
+/// right. Each mode runs in a child process so that a crash is reported as this test's failure.
+fn device_sync_racing_captures_does_not_crash() -> TestResult {
+    dev()?;
+    for mode in ["thread-local", "global", "relaxed"] {
+        let exe = std::env::current_exe()?;
+        let mut child =
+            Command::new(exe).env(CHILD, mode).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return Err(format!("{mode}: the racing child did not finish within 60 s").into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output()?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        eprintln!("child ({mode}): {} {}", stdout.trim(), String::from_utf8_lossy(&out.stderr).trim());
+        ensure(
+            out.status.success() && stdout.contains("RACE-OK"),
+            format!("{mode}: the racing child failed: {:?}", out.status),
+        )?;
+    }
+    Ok(())
+}
+
+fn main() {
+    if let Ok(mode) = std::env::var(CHILD) {
+        match race_child(&mode) {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                eprintln!("race child: {e:?}");
+                std::process::exit(1)
+            }
+        }
+    }
+    let mut s = Suite::new();
+    s.gpu("pooled_event_from_a_capture_is_not_recycled", pooled_event_from_a_capture_is_not_recycled)
+        .gpu("captured_event_stays_refused_until_re_recorded", captured_event_stays_refused_until_re_recorded)
+        .gpu("event_nodes_cannot_join_an_open_capture", event_nodes_cannot_join_an_open_capture)
+        .gpu("captured_graph_keeps_its_kernels_loaded", captured_graph_keeps_its_kernels_loaded)
+        .gpu("device_sync_refused_during_a_capture", device_sync_refused_during_a_capture)
+        .gpu_alone("capture_waits_for_an_inflight_device_sync", capture_waits_for_an_inflight_device_sync)
+        .gpu_alone("device_sync_racing_captures_does_not_crash", device_sync_racing_captures_does_not_crash);
+    s.run()
+}

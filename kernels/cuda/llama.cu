@@ -10,67 +10,74 @@
 // (bf16_t, bf2f, f2bf, round_bf, warp_sum, warp_max, NAN_BF16 come from bf16.cuh.)
 
 // h[b][:] = table[tokens[b]][:] for b < batch; a token >= vocab gives a NaN row.
-// Grid: (ceil(hidden / blockDim.x), batch).
+// Grid-stride over both: blockIdx.y strides over rows, blockIdx.x * blockDim.x + threadIdx.x over
+// columns, all in 64 bits (any grid is correct; the launcher caps it).
 extern "C" __global__ void embed_bf16(const unsigned* tokens, const bf16_t* table, bf16_t* h,
-                                      unsigned batch, unsigned hidden, unsigned vocab) {
-    unsigned b = blockIdx.y;
-    if (b >= batch) return;
-    unsigned tok = tokens[b];
-    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < hidden; i += gridDim.x * blockDim.x) {
-        h[(size_t)b * hidden + i] = tok < vocab ? table[(size_t)tok * hidden + i] : NAN_BF16;
+                                      unsigned long long batch, unsigned long long hidden,
+                                      unsigned long long vocab) {
+    for (unsigned long long b = blockIdx.y; b < batch; b += gridDim.y) {
+        unsigned long long tok = tokens[b];
+        for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < hidden;
+             i += (unsigned long long)gridDim.x * blockDim.x) {
+            h[b * hidden + i] = tok < vocab ? table[tok * hidden + i] : NAN_BF16;
+        }
     }
 }
 
-// out[r][:] = bf16(w * bf16(x[r] / rms(x[r]))), as Hugging Face's LlamaRMSNorm. One block per row
-// (grid.x = rows, 256 threads); hidden is a multiple of 8 (16-byte vectors), at most 256 * 8 * 4.
+// out[r][:] = bf16(w * bf16(x[r] / rms(x[r]))), as Hugging Face's LlamaRMSNorm. One block per row,
+// grid-stride over rows (64-bit row index; any grid is correct, the launcher caps it), 256 threads;
+// hidden is a multiple of 8 (16-byte vectors), at most 256 * 8 * 4.
 #define NORM_VEC 4
-extern "C" __global__ void rmsnorm_bf16(const bf16_t* x, const bf16_t* w, bf16_t* out, unsigned rows,
+extern "C" __global__ void rmsnorm_bf16(const bf16_t* x, const bf16_t* w, bf16_t* out, unsigned long long rows,
                                         unsigned hidden, float eps) {
     __shared__ float partial[32];
-    unsigned r = blockIdx.x;
-    if (r >= rows) return;
-    const uint4* xr = (const uint4*)(x + (size_t)r * hidden);
-    unsigned nvec = hidden / 8;
-    uint4 v[NORM_VEC];
-    float ss = 0.f;
+    for (unsigned long long r = blockIdx.x; r < rows; r += gridDim.x) { // block-uniform
+        const uint4* xr = (const uint4*)(x + r * hidden);
+        unsigned nvec = hidden / 8;
+        uint4 v[NORM_VEC];
+        float ss = 0.f;
 #pragma unroll
-    for (unsigned k = 0; k < NORM_VEC; ++k) {
-        unsigned i = threadIdx.x + k * blockDim.x;
-        v[k] = i < nvec ? xr[i] : make_uint4(0, 0, 0, 0);
-        const bf16_t* e = (const bf16_t*)&v[k];
+        for (unsigned k = 0; k < NORM_VEC; ++k) {
+            unsigned i = threadIdx.x + k * blockDim.x;
+            v[k] = i < nvec ? xr[i] : make_uint4(0, 0, 0, 0);
+            const bf16_t* e = (const bf16_t*)&v[k];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) ss += bf2f(e[j]) * bf2f(e[j]);
-    }
-    ss = warp_sum(ss);
-    unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    if (lane == 0) partial[warp] = ss;
-    __syncthreads();
-    if (warp == 0) {
-        float t = lane < warps ? partial[lane] : 0.f;
-        t = warp_sum(t);
-        if (lane == 0) partial[0] = t;
-    }
-    __syncthreads();
-    float inv = rsqrtf(partial[0] / (float)hidden + eps);
-    const uint4* wv = (const uint4*)w;
-    uint4* o = (uint4*)(out + (size_t)r * hidden);
+            for (int j = 0; j < 8; ++j) ss += bf2f(e[j]) * bf2f(e[j]);
+        }
+        ss = warp_sum(ss);
+        unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+        if (lane == 0) partial[warp] = ss;
+        __syncthreads();
+        if (warp == 0) {
+            float t = lane < warps ? partial[lane] : 0.f;
+            t = warp_sum(t);
+            if (lane == 0) partial[0] = t;
+        }
+        __syncthreads();
+        float inv = rsqrtf(partial[0] / (float)hidden + eps);
+        const uint4* wv = (const uint4*)w;
+        uint4* o = (uint4*)(out + r * hidden);
 #pragma unroll
-    for (unsigned k = 0; k < NORM_VEC; ++k) {
-        unsigned i = threadIdx.x + k * blockDim.x;
-        if (i >= nvec) break;
-        uint4 wk = wv[i], res;
-        const bf16_t* e = (const bf16_t*)&v[k];
-        const bf16_t* we = (const bf16_t*)&wk;
-        bf16_t* re = (bf16_t*)&res;
+        for (unsigned k = 0; k < NORM_VEC; ++k) {
+            unsigned i = threadIdx.x + k * blockDim.x;
+            if (i >= nvec) break;
+            uint4 wk = wv[i], res;
+            const bf16_t* e = (const bf16_t*)&v[k];
+            const bf16_t* we = (const bf16_t*)&wk;
+            bf16_t* re = (bf16_t*)&res;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) re[j] = f2bf(bf2f(we[j]) * round_bf(bf2f(e[j]) * inv));
-        o[i] = res;
+            for (int j = 0; j < 8; ++j) re[j] = f2bf(bf2f(we[j]) * round_bf(bf2f(e[j]) * inv));
+            o[i] = res;
+        }
+        __syncthreads(); // every thread has read partial[0] before the next row overwrites it
     }
 }
 
 // out[r][i] = bf16(bf16(silu(g)) * u) with g = gu[r][i], u = gu[r][inter + i] (gate and up
-// projections computed by one GEMM over the stacked weights). Grid-stride over rows * inter.
-extern "C" __global__ void silu_mul_bf16(const bf16_t* gu, bf16_t* out, unsigned rows, unsigned inter) {
+// projections computed by one GEMM over the stacked weights). Grid-stride over rows * inter, all in
+// 64 bits (rows * inter does not overflow: the launcher checks it).
+extern "C" __global__ void silu_mul_bf16(const bf16_t* gu, bf16_t* out, unsigned long long rows,
+                                         unsigned long long inter) {
     size_t n = (size_t)rows * inter;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += (size_t)gridDim.x * blockDim.x) {
         size_t r = idx / inter, i = idx % inter;
@@ -110,7 +117,9 @@ struct AttnShape {
 // frequencies; partial[batch][kv_heads][ATTN_SPLITS][group * (hd + 2)]; counters[batch][kv_heads]
 // (zero between launches). Slot 0xffffffff marks an inactive row (zero output); any other slot
 // >= slots or a position >= max_seq writes nothing to the cache and NaN to the row's output.
-// Block: ATTN_WARPS * 32 threads; grid (kv_heads, batch, ATTN_SPLITS).
+// Block: ATTN_WARPS * 32 threads; grid (kv_heads, batch, ATTN_SPLITS). The launcher keeps
+// batch <= 65535 (gridDim.y), kv_heads <= 2^31 - 1 and max_seq <= 2^31 - 1, so the 32-bit position
+// arithmetic below (len + ATTN_SPLITS - 1, p += ATTN_WARPS) cannot wrap; buffer offsets are 64-bit.
 extern "C" __global__ void rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache,
                                                const unsigned* slots, const unsigned* positions,
                                                const float* inv_freq, bf16_t* out, float* partial,
@@ -129,7 +138,7 @@ extern "C" __global__ void rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cach
     unsigned kvh = blockIdx.x, b = blockIdx.y, z = blockIdx.z;
     if (kvh >= s.kv_heads || b >= s.batch || z >= ATTN_SPLITS) return;
     unsigned hd = s.head_dim, half = hd / 2, group = s.heads / s.kv_heads;
-    unsigned qkv_row = (s.heads + 2 * s.kv_heads) * hd;
+    size_t qkv_row = ((size_t)s.heads + 2 * (size_t)s.kv_heads) * hd;
     const bf16_t* row = qkv + (size_t)b * qkv_row;
     unsigned slot = slots[b], pos = positions[b];
     bf16_t* o = out + (size_t)b * s.heads * hd + (size_t)kvh * group * hd;
@@ -159,7 +168,7 @@ extern "C" __global__ void rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cach
         kn_s[i] = round_bf(k1 * c - k2 * sn);
         kn_s[i + half] = round_bf(k2 * c + k1 * sn);
     }
-    const bf16_t* v = row + (size_t)(s.heads + s.kv_heads) * hd + (size_t)kvh * hd;
+    const bf16_t* v = row + ((size_t)s.heads + s.kv_heads) * hd + (size_t)kvh * hd;
     for (unsigned i = threadIdx.x; i < hd; i += blockDim.x) vn_s[i] = bf2f(v[i]);
     __syncthreads();
     if (z == 0) {
@@ -302,6 +311,8 @@ __device__ unsigned long long block_max_u64(unsigned long long v) {
 }
 
 // Stage 1: block (x, r) reduces its share of row r into partial[r][x] (grid (ARGMAX_SPLIT, rows)).
+// The launcher keeps rows <= 65535 (gridDim.y) and vocab <= 2^31 - 1, so vocab + ARGMAX_SPLIT - 1,
+// lo + per and i + blockDim.x cannot wrap, and no index is 0xffffffff (the all-NaN answer).
 #define ARGMAX_SPLIT 64
 extern "C" __global__ void argmax_partial_f32(const float* logits, unsigned long long* partial, unsigned rows, unsigned vocab) {
     unsigned r = blockIdx.y;

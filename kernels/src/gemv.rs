@@ -22,7 +22,7 @@
 //! # Ok(()) }
 //! ```
 
-use crate::checks::{len_check, mul, same_device};
+use crate::checks::{dim, len_check, mul, same_device};
 use crate::llama::BF16_SRC;
 use cuda_core::{Device, DeviceBuffer, Error, Function, LaunchConfig, PerDevice, Result, Stream};
 use half::bf16;
@@ -111,7 +111,7 @@ impl Gemv {
         rows: usize,
         in_dim: usize,
         out: usize,
-    ) -> Result<(usize, LaunchConfig, u32)> {
+    ) -> Result<(usize, LaunchConfig, [u32; 4])> {
         same_device(&self.device, s, during, devices)?;
         if !Gemv::fits(rows, in_dim) {
             return Err(Error::InvalidArgument(format!(
@@ -128,13 +128,16 @@ impl Gemv {
         // several dependent rounds), at most 8. Measured on the H100 (bench-decode), splitting
         // rows further to fill more blocks did not pay.
         let split = (in_dim / 8).div_ceil(32 * UNROLL).clamp(1, WARPS as usize).next_power_of_two();
-        let blocks = (out * split).div_ceil(WARPS as usize).min(self.max_blocks as usize).max(1) as u32;
+        let blocks = (out * split).div_ceil(WARPS as usize).min(self.max_blocks as usize).max(1);
         let cfg = LaunchConfig {
-            grid: (blocks, 1, 1),
+            grid: (dim(blocks, "fused product blocks")?, 1, 1),
             block: (WARPS * 32, 1, 1),
-            shared_mem_bytes: (r * in_dim * 2) as u32,
+            shared_mem_bytes: dim(r * in_dim * 2, "fused product shared memory")?,
         };
-        Ok((idx, cfg, split as u32))
+        // The kernel's `unsigned` arguments: rows <= 8, in_dim within the shared memory and
+        // out <= GEMV_MAX_OUT (checked above), so these conversions cannot fail; checked anyway.
+        let args = [dim(rows, "rows")?, dim(in_dim, "in")?, dim(out, "out")?, dim(split, "split")?];
+        Ok((idx, cfg, args))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -153,7 +156,7 @@ impl Gemv {
         out: usize,
         w_rows: usize,
     ) -> Result<()> {
-        let (idx, cfg, split) =
+        let (idx, cfg, [rows32, in32, out32, split]) =
             self.plan(s, during, &[x.device(), norm_w.device(), w.device(), y.device()], rows, in_dim, out)?;
         len_check("fused product: x must hold rows * in", mul(rows, in_dim)?, x.len())?;
         len_check("fused product: the norm weight must hold in", in_dim, norm_w.len())?;
@@ -172,11 +175,7 @@ impl Gemv {
         // borrowed mutably, so no other launch can touch it. Overlapped launch: every block runs
         // PDL_WAIT() before its first load or store; only L2 prefetches of `w` come before it.
         unsafe {
-            kernels.0[idx].launch_overlapped(
-                s,
-                cfg,
-                (x, norm_w, eps, w, y, rows as u32, in_dim as u32, out as u32, split),
-            )
+            kernels.0[idx].launch_overlapped(s, cfg, (x, norm_w, eps, w, y, rows32, in32, out32, split))
         }
     }
 
@@ -299,7 +298,7 @@ impl Gemv {
         in_dim: usize,
         out: usize,
     ) -> Result<()> {
-        let (idx, cfg, split) = self.plan(
+        let (idx, cfg, [rows32, in32, out32, split]) = self.plan(
             s,
             "fused product + residual",
             &[x.device(), w.device(), y.device()],
@@ -319,12 +318,6 @@ impl Gemv {
         // x and y are distinct buffers (one borrowed shared, the other mutably); in % 8 == 0 and
         // the shared memory as in `norm_launch`; overlapped launch as there (PDL_WAIT() before
         // any load or store).
-        unsafe {
-            self.residual.0[idx].launch_overlapped(
-                s,
-                cfg,
-                (x, w, y, rows as u32, in_dim as u32, out as u32, split),
-            )
-        }
+        unsafe { self.residual.0[idx].launch_overlapped(s, cfg, (x, w, y, rows32, in32, out32, split)) }
     }
 }

@@ -4,6 +4,13 @@
 //! `cuda-core`'s kernel cache (memory, then disk). Each launcher checks lengths and devices, takes
 //! inputs by `&` and outputs by `&mut`, and launches a grid-stride kernel that touches exactly the
 //! elements `0..len`, so safe callers cannot cause an out-of-bounds access or a data race.
+//!
+//! Sizes: the elementwise kernels and the sum take the element count as a 64-bit integer and
+//! index and stride in 64 bits over a grid capped at 32 blocks per multiprocessor, so they work on
+//! buffers of any length, more than `u32::MAX` elements included. The decoder kernels
+//! ([`llama`], [`gemv`]) and [`Kernels::linear`] state their limits in their docs; a size beyond
+//! one is refused with [`Error::InvalidArgument`] naming the size and the limit, before anything is
+//! launched.
 //! The fully connected layer [`Kernels::linear`] (lazy form: [`ops::linear`]) checks each of its
 //! buffers against a [`LinearShape`] instead and writes exactly its output matrix.
 
@@ -117,11 +124,10 @@ impl Kernels {
     }
 
     /// The launch configuration used for `n` elements: 256-thread blocks, a grid capped at 32
-    /// blocks per multiprocessor (the kernels loop over the rest).
+    /// blocks per multiprocessor (the kernels' 64-bit grid-stride loops cover the rest, so any
+    /// `n` a buffer can hold works, including more than `u32::MAX` elements).
     pub fn config(&self, n: usize) -> LaunchConfig {
-        let mut cfg = LaunchConfig::for_elements(n, BLOCK);
-        cfg.grid.0 = cfg.grid.0.min(self.max_blocks);
-        cfg
+        checks::grid_stride(n, BLOCK, self.max_blocks)
     }
 
     fn check(&self, stream: &Stream, during: &'static str, lens: &[usize]) -> Result<usize> {
@@ -309,15 +315,19 @@ impl Kernels {
             return Ok(());
         }
         let warps = BLOCK / 32;
-        // Dimensions are <= i32::MAX (checked by `lens`), so these fit in u32.
-        let blocks_x = shape.out_dim.div_ceil(warps as usize) as u32;
+        // Dimensions are <= i32::MAX (checked by `lens`), so these fit in u32 (checked anyway).
+        let blocks_x = checks::dim(shape.out_dim.div_ceil(warps as usize), "linear kernel blocks")?;
         let tiles = shape.batch.div_ceil(LINEAR_ROWS);
         let cfg = LaunchConfig {
-            grid: (blocks_x, tiles.min(MAX_GRID_Y) as u32, 1),
+            grid: (blocks_x, checks::dim(tiles.min(checks::MAX_GRID_Y), "linear kernel tiles")?, 1),
             block: (BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
-        let (batch, in_dim, out_dim) = (shape.batch as u32, shape.in_dim as u32, shape.out_dim as u32);
+        let (batch, in_dim, out_dim) = (
+            checks::dim(shape.batch, "linear kernel batch")?,
+            checks::dim(shape.in_dim, "linear kernel in_dim")?,
+            checks::dim(shape.out_dim, "linear kernel out_dim")?,
+        );
         // SAFETY: matches `linear_<T>(const T* x, const T* w, const T* b, T* y, unsigned batch,
         // unsigned in_dim, unsigned out_dim, int relu)`. The lengths of all four buffers were
         // checked against the dimensions above, and the kernel reads x[0..batch*in_dim],
@@ -336,8 +346,6 @@ impl Kernels {
 
 /// Batch rows per warp tile of the linear kernel (`LINEAR_ROWS` in `cuda/linear.cu`).
 const LINEAR_ROWS: usize = 4;
-/// The largest `gridDim.y` of a launch; the linear kernel strides over further row tiles.
-const MAX_GRID_Y: usize = 65_535;
 
 /// The dimensions of a fully connected layer ([`Kernels::linear`], [`ops::linear`]): `batch` rows
 /// of `in_dim` inputs mapped to `out_dim` outputs, with ReLU applied to the outputs when `relu`.

@@ -23,7 +23,7 @@
 //! # Ok(()) }
 //! ```
 
-use crate::checks::{dim, len_check, mul, same_device};
+use crate::checks::{at_most, dim, grid_stride, len_check, mul, same_device, MAX_GRID_X, MAX_GRID_Y};
 use cuda_core::{Device, DeviceBuffer, DeviceRepr, Error, Function, LaunchConfig, PerDevice, Result, Stream};
 use half::bf16;
 
@@ -46,6 +46,20 @@ pub const ARGMAX_SPLIT: usize = 64;
 const ATTN_WARPS: u32 = 4;
 /// Blocks per (row, key/value head) of the split attention (`ATTN_SPLITS`).
 pub const ATTN_SPLITS: usize = 16;
+/// The most rows one [`LlamaKernels::rope_attention`] or [`LlamaKernels::argmax`] launch takes
+/// (one grid row per batch row: `gridDim.y <= 65535`).
+pub const MAX_BATCH: usize = 65_535;
+/// The largest [`AttnShape::max_seq`] (`2^31 - 1`): the attention kernel's 32-bit position
+/// arithmetic (`pos + 1 + ATTN_SPLITS`, the position loop's next index) cannot wrap below it.
+pub const MAX_SEQ: usize = i32::MAX as usize;
+/// The largest [`AttnShape::kv_heads`] (`2^31 - 1`, the largest `gridDim.x`).
+pub const MAX_KV_HEADS: usize = MAX_GRID_X;
+/// The largest vocabulary [`LlamaKernels::argmax`] takes (`2^31 - 1`): its 32-bit index
+/// arithmetic cannot wrap below it, and index `u32::MAX` stays free for "all NaN".
+pub const MAX_VOCAB: usize = i32::MAX as usize;
+/// The most blocks an embedding, RMSNorm, SwiGLU or initialiser launch uses in one grid dimension;
+/// the kernels loop (in 64 bits) over further rows and elements.
+const MAX_ROW_BLOCKS: u32 = 65_535;
 
 /// The shape of one attention launch ([`LlamaKernels::rope_attention`]); laid out as the kernel's
 /// `AttnShape`.
@@ -72,7 +86,34 @@ pub struct AttnShape {
 unsafe impl DeviceRepr for AttnShape {}
 
 impl AttnShape {
-    fn validate(&self) -> Result<()> {
+    /// Checks the shape: `heads` a positive multiple of `kv_heads`, at most [`MAX_GROUP`] per group;
+    /// `head_dim` a positive multiple of 32 up to [`MAX_HEAD_DIM`]; `slots` and `max_seq`
+    /// positive; `batch <=` [`MAX_BATCH`], `kv_heads <=` [`MAX_KV_HEADS`], `max_seq <=`
+    /// [`MAX_SEQ`]; and the element counts of every buffer ([`AttnShape::cache_len`],
+    /// [`AttnShape::partial_len`], ...) within `usize`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming what is out of range (and the limit).
+    pub fn validate(&self) -> Result<()> {
+        const DURING: &str = "rope attention";
+        at_most(DURING, "batch", self.batch as usize, MAX_BATCH)?;
+        at_most(DURING, "kv_heads", self.kv_heads as usize, MAX_KV_HEADS)?;
+        at_most(DURING, "max_seq", self.max_seq as usize, MAX_SEQ)?;
+        let group = (self.heads / self.kv_heads.max(1)) as usize;
+        let counts = [
+            [self.batch as usize, self.qkv_row(), 1, 1, 1],
+            [self.batch as usize, self.heads as usize, self.head_dim as usize, 1, 1],
+            [self.batch as usize, self.kv_heads as usize, ATTN_SPLITS, group, self.head_dim as usize + 2],
+            [self.slots as usize, self.kv_heads as usize, self.max_seq as usize, self.head_dim as usize, 1],
+        ];
+        for c in counts {
+            if c.iter().try_fold(1usize, |a, &b| a.checked_mul(b)).is_none() {
+                return Err(Error::InvalidArgument(format!(
+                    "attention shape {self:?}: {} elements overflow usize",
+                    c.map(|v| v.to_string()).join(" * ")
+                )));
+            }
+        }
         let ok = self.heads > 0
             && self.kv_heads > 0
             && self.heads.is_multiple_of(self.kv_heads)
@@ -90,26 +131,34 @@ impl AttnShape {
         )))
     }
 
-    /// Elements of `qkv` per row: `(heads + 2 * kv_heads) * head_dim`.
+    /// Elements of `qkv` per row: `(heads + 2 * kv_heads) * head_dim` (cannot overflow: three
+    /// `u32` values).
     pub fn qkv_row(&self) -> usize {
         (self.heads as usize + 2 * self.kv_heads as usize) * self.head_dim as usize
     }
 
     /// Elements of the attention's `partial` scratch:
-    /// `batch * kv_heads * ATTN_SPLITS * group * (head_dim + 2)`.
+    /// `batch * kv_heads * ATTN_SPLITS * group * (head_dim + 2)`, saturating at `usize::MAX`
+    /// (no buffer is that long, and [`AttnShape::validate`] refuses such a shape).
     pub fn partial_len(&self) -> usize {
         let group = (self.heads / self.kv_heads.max(1)) as usize;
-        self.batch as usize * self.kv_heads as usize * ATTN_SPLITS * group * (self.head_dim as usize + 2)
+        [self.kv_heads as usize, ATTN_SPLITS, group, self.head_dim as usize + 2]
+            .into_iter()
+            .fold(self.batch as usize, usize::saturating_mul)
     }
 
-    /// Elements of the attention's `counters` scratch: `batch * kv_heads`.
+    /// Elements of the attention's `counters` scratch: `batch * kv_heads` (cannot overflow).
     pub fn counters_len(&self) -> usize {
         self.batch as usize * self.kv_heads as usize
     }
 
-    /// Elements of one layer's key (or value) cache: `slots * kv_heads * max_seq * head_dim`.
+    /// Elements of one layer's key (or value) cache: `slots * kv_heads * max_seq * head_dim`,
+    /// saturating at `usize::MAX` (no buffer is that long, and [`AttnShape::validate`] refuses
+    /// such a shape).
     pub fn cache_len(&self) -> usize {
-        self.slots as usize * self.kv_heads as usize * self.max_seq as usize * self.head_dim as usize
+        [self.kv_heads as usize, self.max_seq as usize, self.head_dim as usize]
+            .into_iter()
+            .fold(self.slots as usize, usize::saturating_mul)
     }
 }
 
@@ -155,7 +204,8 @@ impl LlamaKernels {
     }
 
     /// `h[b] = table[tokens[b]]` for `b < batch` (`table[vocab][hidden]`, `h[batch][hidden]`); a
-    /// token id `>= vocab` gives a NaN row.
+    /// token id `>= vocab` gives a NaN row. No size limit: the kernel indexes and strides in 64
+    /// bits over a capped grid ([`embed_config`]).
     ///
     /// # Errors
     /// Lengths that do not fit (`tokens = batch`, `h = batch * hidden`, `table` a multiple of
@@ -182,24 +232,22 @@ impl LlamaKernels {
         if batch == 0 {
             return Ok(());
         }
-        let cfg = LaunchConfig {
-            grid: (dim(hidden, "hidden")?.div_ceil(256), dim(batch, "batch")?, 1),
-            block: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: matches `embed_bf16(const unsigned*, const bf16_t*, bf16_t*, unsigned batch,
-        // unsigned hidden, unsigned vocab)`; reads tokens[0..batch], table rows < vocab (checked in
-        // the kernel), writes h[0..batch*hidden] (lengths checked above); `h` is exclusive.
-        unsafe {
-            self.embed.launch(s, cfg, (tokens, table, h, batch as u32, hidden as u32, dim(vocab, "vocab")?))
-        }
+        let cfg = embed_config(batch, hidden);
+        // SAFETY: matches `embed_bf16(const unsigned*, const bf16_t*, bf16_t*, unsigned long long
+        // batch, unsigned long long hidden, unsigned long long vocab)`; reads tokens[0..batch],
+        // table rows < vocab (checked in the kernel), writes h[0..batch*hidden] (lengths checked
+        // above; batch * hidden does not overflow); all indices and strides are 64-bit, so any
+        // grid is correct; `h` is exclusive.
+        unsafe { self.embed.launch(s, cfg, (tokens, table, h, batch as u64, hidden as u64, vocab as u64)) }
     }
 
     /// `out[r] = w * x[r] / rms(x[r])` for `r < rows` (Hugging Face's `LlamaRMSNorm`, bf16
-    /// rounding as there).
+    /// rounding as there). Any number of rows (one block per row over a capped grid,
+    /// [`rmsnorm_config`]); `hidden` a multiple of 8 up to [`MAX_NORM_HIDDEN`].
     ///
     /// # Errors
-    /// `x` and `out` not `rows * hidden`, `w` not `hidden`; devices that differ; driver errors.
+    /// `x` and `out` not `rows * hidden`, `w` not `hidden`; `hidden` not a multiple of 8 or above
+    /// [`MAX_NORM_HIDDEN`]; devices that differ; driver errors.
     #[allow(clippy::too_many_arguments)]
     pub fn rmsnorm(
         &self,
@@ -224,17 +272,18 @@ impl LlamaKernels {
                 "RMSNorm: hidden {hidden} must be a multiple of 8 up to {MAX_NORM_HIDDEN}"
             )));
         }
-        let cfg = LaunchConfig { grid: (dim(rows, "rows")?, 1, 1), block: (256, 1, 1), shared_mem_bytes: 0 };
+        let cfg = rmsnorm_config(rows);
         // SAFETY: matches `rmsnorm_bf16(const bf16_t* x, const bf16_t* w, bf16_t* out, unsigned
-        // rows, unsigned hidden, float eps)`; reads x[0..rows*hidden], w[0..hidden], writes
+        // long long rows, unsigned hidden, float eps)`; block-uniform 64-bit loop over rows (any
+        // grid is correct); reads x[0..rows*hidden], w[0..hidden], writes
         // out[0..rows*hidden] (checked) in 16-byte vectors: hidden % 8 == 0 keeps every row
         // 16-byte aligned (allocations are 256-byte aligned), and hidden <= 256 threads * 8 *
         // NORM_VEC is what one block covers; `out` is exclusive.
-        unsafe { self.rmsnorm.launch(s, cfg, (x, w, out, rows as u32, dim(hidden, "hidden")?, eps)) }
+        unsafe { self.rmsnorm.launch(s, cfg, (x, w, out, rows as u64, dim(hidden, "hidden")?, eps)) }
     }
 
     /// `out[r][i] = silu(gu[r][i]) * gu[r][inter + i]` (SwiGLU over the stacked gate and up
-    /// projections).
+    /// projections). No size limit: 64-bit indices over a capped grid.
     ///
     /// # Errors
     /// `gu` not `rows * 2 * inter` or `out` not `rows * inter`; devices; driver errors.
@@ -253,11 +302,11 @@ impl LlamaKernels {
         if n == 0 {
             return Ok(());
         }
-        let mut cfg = LaunchConfig::for_elements(n, 256);
-        cfg.grid.0 = cfg.grid.0.min(self.max_blocks);
-        // SAFETY: matches `silu_mul_bf16(const bf16_t* gu, bf16_t* out, unsigned rows, unsigned
-        // inter)`; reads gu[0..2*rows*inter], writes out[0..rows*inter] (checked); exclusive out.
-        unsafe { self.silu_mul.launch(s, cfg, (gu, out, dim(rows, "rows")?, dim(inter, "inter")?)) }
+        let cfg = grid_stride(n, 256, self.max_blocks);
+        // SAFETY: matches `silu_mul_bf16(const bf16_t* gu, bf16_t* out, unsigned long long rows,
+        // unsigned long long inter)`; 64-bit grid-stride loop (any grid is correct); reads
+        // gu[0..2*rows*inter], writes out[0..rows*inter] (checked, no overflow); exclusive out.
+        unsafe { self.silu_mul.launch(s, cfg, (gu, out, rows as u64, inter as u64)) }
     }
 
     /// Rotary embedding + KV-cache append + grouped-query attention for one layer: for each row
@@ -271,7 +320,9 @@ impl LlamaKernels {
     /// zeroed before the first launch: every launch leaves the counters zero again).
     ///
     /// # Errors
-    /// An invalid shape, lengths that do not fit it, devices that differ, driver errors.
+    /// An invalid shape ([`AttnShape::validate`], which also refuses `batch >` [`MAX_BATCH`],
+    /// `kv_heads >` [`MAX_KV_HEADS`] and `max_seq >` [`MAX_SEQ`]), lengths that do not fit it,
+    /// devices that differ, driver errors.
     ///
     /// # Safety
     /// `scratch.1` must hold zeros before the first launch that uses it (as
@@ -379,7 +430,8 @@ impl LlamaKernels {
     /// their best pair into `scratch[rows][ARGMAX_SPLIT]`, then one block per row picks.
     ///
     /// # Errors
-    /// `out` not `rows`, `logits` not `rows * vocab`, `scratch` not `rows * ARGMAX_SPLIT`;
+    /// [`Error::InvalidArgument`] for `rows >` [`MAX_BATCH`] or `vocab >` [`MAX_VOCAB`] (checked
+    /// first); `out` not `rows`, `logits` not `rows * vocab`, `scratch` not `rows * ARGMAX_SPLIT`;
     /// devices; driver errors.
     pub fn argmax(
         &self,
@@ -391,6 +443,8 @@ impl LlamaKernels {
     ) -> Result<()> {
         self.same_device(s, "argmax", &[logits.device(), scratch.device(), out.device()])?;
         let rows = out.len();
+        at_most("argmax", "rows", rows, MAX_BATCH)?;
+        at_most("argmax", "vocab", vocab, MAX_VOCAB)?;
         len_check("argmax: logits must hold rows * vocab", mul(rows, vocab)?, logits.len())?;
         len_check("argmax: scratch must hold rows * ARGMAX_SPLIT", mul(rows, ARGMAX_SPLIT)?, scratch.len())?;
         if rows == 0 {
@@ -402,6 +456,8 @@ impl LlamaKernels {
         // SAFETY: matches `argmax_partial_f32(const float* logits, unsigned long long* partial,
         // unsigned rows, unsigned vocab)`; block (x, r) reads its slice of logits[r] (r < rows,
         // lengths checked) and writes partial[r * ARGMAX_SPLIT + x]; `scratch` is exclusive.
+        // rows <= MAX_BATCH fits gridDim.y; vocab <= MAX_VOCAB keeps the kernel's 32-bit slice
+        // bounds and loop index from wrapping.
         unsafe { self.argmax_partial.launch(s, cfg, (logits, &mut *scratch, r32, dim(vocab, "vocab")?))? };
         let cfg = LaunchConfig { grid: (r32, 1, 1), block: (ARGMAX_SPLIT as u32, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: matches `argmax_final(const unsigned long long* partial, unsigned* out, unsigned
@@ -427,10 +483,110 @@ impl LlamaKernels {
         if n == 0 {
             return Ok(());
         }
-        let mut cfg = LaunchConfig::for_elements(n, 256);
-        cfg.grid.0 = cfg.grid.0.min(self.max_blocks.saturating_mul(4));
+        let cfg = grid_stride(n, 256, self.max_blocks.saturating_mul(4));
         // SAFETY: matches `randn_bf16(bf16_t* w, unsigned long long n, unsigned long long seed,
         // float mean, float std)`; writes w[0..n]; exclusive.
         unsafe { self.randn.launch(s, cfg, (w, n as u64, seed, mean, std)) }
+    }
+}
+
+/// The launch configuration of [`LlamaKernels::embed`]: 256-thread blocks,
+/// `min(ceil(hidden / 256), 65535)` blocks across a row and `min(batch, 65535)` rows of blocks
+/// (at least 1 each); the kernel loops in 64 bits over further columns and rows.
+pub fn embed_config(batch: usize, hidden: usize) -> LaunchConfig {
+    let cap = MAX_ROW_BLOCKS as usize;
+    let x = hidden.div_ceil(256).clamp(1, cap) as u32; // <= 65535
+    let y = batch.clamp(1, cap.min(MAX_GRID_Y)) as u32; // <= 65535
+    LaunchConfig { grid: (x, y, 1), block: (256, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// The launch configuration of [`LlamaKernels::rmsnorm`]: one 256-thread block per row, at most
+/// 65535 blocks (at least 1); each block loops in 64 bits over further rows.
+pub fn rmsnorm_config(rows: usize) -> LaunchConfig {
+    let blocks = rows.clamp(1, MAX_ROW_BLOCKS as usize) as u32; // <= 65535
+    LaunchConfig { grid: (blocks, 1, 1), block: (256, 1, 1), shared_mem_bytes: 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape() -> AttnShape {
+        AttnShape { batch: 4, heads: 8, kv_heads: 2, head_dim: 64, slots: 2, max_seq: 16, scale: 0.125 }
+    }
+
+    #[test]
+    fn embed_config_caps_both_grid_dimensions() {
+        // A batch beyond gridDim.y's 65535 and a row beyond u32::MAX columns: capped, the kernel
+        // loops over the rest.
+        let cfg = embed_config(100_000, (1 << 32) + 8);
+        assert_eq!(cfg.grid, (65_535, 65_535, 1));
+        assert_eq!(embed_config(3, 64).grid, (1, 3, 1));
+        assert_eq!(embed_config(0, 0).grid, (1, 1, 1));
+        assert_eq!(embed_config(65_535, 256 * 7 + 1).grid, (8, 65_535, 1));
+    }
+
+    #[test]
+    fn rmsnorm_config_caps_the_grid() {
+        assert_eq!(rmsnorm_config(70_000).grid, (65_535, 1, 1));
+        assert_eq!(rmsnorm_config(1 << 40).grid, (65_535, 1, 1));
+        assert_eq!(rmsnorm_config(5).grid, (5, 1, 1));
+        assert_eq!(rmsnorm_config(0).grid, (1, 1, 1));
+    }
+
+    #[test]
+    fn attention_shape_limits() {
+        assert!(shape().validate().is_ok());
+        let at = |f: fn(&mut AttnShape)| {
+            let mut s = shape();
+            f(&mut s);
+            s.validate()
+        };
+        assert!(at(|s| s.batch = MAX_BATCH as u32).is_ok());
+        let e = at(|s| s.batch = MAX_BATCH as u32 + 1).unwrap_err().to_string();
+        assert!(e.contains("batch = 65536") && e.contains("65535"), "{e}");
+        assert!(at(|s| s.max_seq = MAX_SEQ as u32).is_ok());
+        let e = at(|s| s.max_seq = MAX_SEQ as u32 + 1).unwrap_err().to_string();
+        assert!(e.contains("max_seq") && e.contains(&MAX_SEQ.to_string()), "{e}");
+        assert!(at(|s| s.max_seq = u32::MAX).is_err());
+        let e = at(|s| {
+            s.kv_heads = MAX_KV_HEADS as u32 + 1;
+            s.heads = s.kv_heads;
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("kv_heads"), "{e}");
+    }
+
+    #[test]
+    fn attention_lengths_saturate_and_are_refused() {
+        // slots * kv_heads * max_seq * head_dim = 2^32 * 2^31 * (2^31 - 1) * 128 overflows usize.
+        let huge = AttnShape {
+            batch: 1,
+            heads: i32::MAX as u32,
+            kv_heads: i32::MAX as u32,
+            head_dim: 128,
+            slots: u32::MAX,
+            max_seq: MAX_SEQ as u32,
+            scale: 0.1,
+        };
+        assert_eq!(huge.cache_len(), usize::MAX);
+        let e = huge.validate().unwrap_err().to_string();
+        assert!(e.contains("overflow"), "{e}");
+        // partial: batch * kv_heads * 16 * 8 * 130 with batch and kv_heads at their limits fits.
+        let big = AttnShape {
+            batch: 65_535,
+            heads: 8,
+            kv_heads: 1,
+            head_dim: 128,
+            slots: 1,
+            max_seq: 1,
+            scale: 0.1,
+        };
+        assert_eq!(big.partial_len(), 65_535 * 16 * 8 * 130);
+        assert_eq!(big.cache_len(), 128);
+        // qkv_row is computed in 64 bits (the kernel does the same): no wrap at heads near 2^32.
+        let wide = AttnShape { heads: u32::MAX - 7, kv_heads: (u32::MAX - 7) / 8, ..big };
+        assert_eq!(wide.qkv_row(), ((u32::MAX - 7) as usize + 2 * ((u32::MAX - 7) / 8) as usize) * 128);
     }
 }

@@ -48,7 +48,7 @@ pub fn render(block: &Block, json: &Value) -> Result<String> {
             for key in path.split('.') {
                 v = v.get(key).with_context(|| format!("{}: no `{path}` (at `{key}`)", block.file))?;
             }
-            array_table(v, &block.file, path).with_context(what)
+            array_table(json, v, &block.file, path).with_context(what)
         }
     }
 }
@@ -206,6 +206,7 @@ fn md_table(header: &[String], rows: &[Vec<String>]) -> String {
 fn text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
+        Value::Number(n) if n.as_f64() == Some(0.0) => "0".into(),
         Value::Number(n) if n.is_f64() => n.as_f64().map_or_else(|| n.to_string(), fmt_value),
         Value::Null => "—".into(),
         v => v.to_string(),
@@ -291,7 +292,7 @@ pub fn report_table(r: &Report, file: &str) -> String {
     let mut header: Vec<String> =
         ["measurement", "unit", "raw", "framework", "ratio", "goal (ratio)", "met"].map(String::from).into();
     if cpu {
-        header.extend(["raw CPU".to_string(), "framework CPU".to_string()]);
+        header.extend(["raw CPU", "framework CPU", "CPU ratio"].map(String::from));
     }
     let rows: Vec<Vec<String>> = r
         .rows
@@ -307,7 +308,11 @@ pub fn report_table(r: &Report, file: &str) -> String {
                 met(x),
             ];
             if cpu {
-                c.extend([opt(x.raw_cpu), opt(x.framework_cpu)]);
+                let ratio = match (x.raw_cpu, x.framework_cpu) {
+                    (Some(r), Some(f)) if r > 0.0 => format!("{:.3}", f / r),
+                    _ => "—".into(),
+                };
+                c.extend([opt(x.raw_cpu), opt(x.framework_cpu), ratio]);
             }
             c
         })
@@ -343,7 +348,7 @@ pub fn report_table(r: &Report, file: &str) -> String {
 }
 
 /// An array of objects: one row per object, one column per key of the first.
-fn array_table(v: &Value, file: &str, path: &str) -> Result<String> {
+fn array_table(root: &Value, v: &Value, file: &str, path: &str) -> Result<String> {
     let items = v.as_array().with_context(|| format!("`{path}` is not an array"))?;
     let keys: Vec<String> = items
         .first()
@@ -357,7 +362,19 @@ fn array_table(v: &Value, file: &str, path: &str) -> Result<String> {
         .map(|it| keys.iter().map(|k| it.get(k).map_or("—".into(), text)).collect())
         .collect();
     let header: Vec<String> = keys.iter().map(|k| format!("`{k}`")).collect();
-    Ok(format!("{}\nFrom `{path}` of [`{file}`]({file}).\n", md_table(&header, &rows)))
+    let mut s = md_table(&header, &rows);
+    match (root.get("benchmark").and_then(Value::as_str), root.get("meta").and_then(Value::as_object)) {
+        (Some(b), Some(meta)) => {
+            let _ = writeln!(s, "\nFrom `{path}` of {}", run_line(b, meta, file));
+            if let Some(c) = first(meta, &["correctness"]) {
+                let _ = writeln!(s, "Correctness: {c}.");
+            }
+        }
+        _ => {
+            let _ = writeln!(s, "\nFrom `{path}` of [`{file}`]({file}).");
+        }
+    }
+    Ok(s)
 }
 
 /// `bench-decode`: ms per token by batch, this project against PyTorch from the same run.

@@ -132,7 +132,8 @@ pub fn regenerate(dir: &Path) -> Result<(Vec<Page>, Vec<String>)> {
         let committed =
             std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let generated = fill(&committed, |b| {
-            let slot = json.get_mut(&b.file).with_context(|| format!("no {} in {}", b.file, dir.display()))?;
+            let slot =
+                json.get_mut(&b.file).with_context(|| format!("no {} in {}", b.file, dir.display()))?;
             if slot.is_none() {
                 let f = dir.join(&b.file);
                 let t = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
@@ -164,12 +165,12 @@ pub fn diff(old: &str, new: &str) -> String {
         if i < a.len() && j < b.len() && a[i] == b[j] {
             ops.push((' ', i, a[i]));
             (i, j) = (i + 1, j + 1);
-        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            ops.push(('+', i, b[j]));
-            j += 1;
-        } else {
+        } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
             ops.push(('-', i, a[i]));
             i += 1;
+        } else {
+            ops.push(('+', i, b[j]));
+            j += 1;
         }
     }
     let near = |k: usize| ops[k.saturating_sub(2)..(k + 3).min(ops.len())].iter().any(|o| o.0 != ' ');
@@ -357,10 +358,8 @@ fn array_table(root: &Value, v: &Value, file: &str, path: &str) -> Result<String
         .keys()
         .cloned()
         .collect();
-    let rows: Vec<Vec<String>> = items
-        .iter()
-        .map(|it| keys.iter().map(|k| it.get(k).map_or("—".into(), text)).collect())
-        .collect();
+    let rows: Vec<Vec<String>> =
+        items.iter().map(|it| keys.iter().map(|k| it.get(k).map_or("—".into(), text)).collect()).collect();
     let header: Vec<String> = keys.iter().map(|k| format!("`{k}`")).collect();
     let mut s = md_table(&header, &rows);
     match (root.get("benchmark").and_then(Value::as_str), root.get("meta").and_then(Value::as_object)) {
@@ -383,7 +382,8 @@ fn decode_table(j: &Value, file: &str) -> Result<String> {
     let ms = |v: Option<f64>| v.map_or("—".into(), |x| format!("{x:.3}"));
     let torch = j.get("torch");
     let torch_ms = |mode: &str, batch: &str| num(torch.and_then(|t| t.get(mode)?.get(batch)?.get("ms")));
-    let faster = |theirs: Option<f64>, ours: f64| theirs.map_or("—".into(), |t| format!("{:.2}× faster", t / ours));
+    let faster =
+        |theirs: Option<f64>, ours: f64| theirs.map_or("—".into(), |t| format!("{:.2}× faster", t / ours));
     let rows = j.get("rows").and_then(Value::as_array).context("no `rows` array")?;
     let mut out = Vec::new();
     for r in rows {
@@ -434,7 +434,9 @@ fn decode_table(j: &Value, file: &str) -> Result<String> {
         .as_object()
         .into_iter()
         .flatten()
-        .filter(|(k, v)| !["bench", "gpu", "shape", "context", "steps", "reps"].contains(&k.as_str()) && !v.is_object())
+        .filter(|(k, v)| {
+            !["bench", "gpu", "shape", "context", "steps", "reps"].contains(&k.as_str()) && !v.is_object()
+        })
         .filter(|(_, v)| !v.is_array())
         .map(|(k, v)| format!("`{k}` {}", text(v)))
         .collect();
@@ -442,4 +444,75 @@ fn decode_table(j: &Value, file: &str) -> Result<String> {
         let _ = writeln!(s, "Other figures of the run: {}.", scalars.join(", "));
     }
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::{Goal, Row};
+
+    fn report() -> Value {
+        let mut r = Report::new("bench-x");
+        r.meta("gpu", "GPU X");
+        r.meta("date_utc", "2026-01-01T00:00:00Z");
+        r.meta("repeats", 9);
+        r.rows.push(Row::new("a | b", "us", vec![2.0], vec![2.1], Goal::MaxRatio(1.02)).with_note("n"));
+        r.rows.push(Row::new("c", "ms", vec![], vec![0.5], Goal::None));
+        serde_json::to_value(&r).unwrap()
+    }
+
+    fn page(body: &str) -> String {
+        format!("intro\n<!-- generated:begin x.json -->\n{body}<!-- generated:end -->\nafter\n")
+    }
+
+    #[test]
+    fn generated_tables_are_deterministic_and_mismatches_show() {
+        let json = report();
+        let gen = |b: &Block| render(b, &json);
+        let once = fill(&page("hand-typed\n"), gen).unwrap();
+        assert_eq!(fill(&once, gen).unwrap(), once, "regenerating changes nothing");
+        assert_eq!(fill(&page(""), gen).unwrap(), once, "the old block text does not matter");
+        assert!(once.starts_with("intro\n") && once.ends_with("<!-- generated:end -->\nafter\n"));
+        assert!(once.contains("| a \\| b | us | 2.000 | 2.100 | 1.050 | ≤ 1.02 | **no** |"), "{once}");
+        assert!(once.contains("Goals met: 0 of 1; missed: a | b.") && once.contains("`repeats` 9"));
+        let edited = once.replace("2.100", "2.000");
+        let d = diff(&edited, &fill(&edited, gen).unwrap());
+        assert!(
+            d.contains("- | a \\| b | us | 2.000 | 2.000") && d.contains("+ | a \\| b | us | 2.000 | 2.100"),
+            "{d}"
+        );
+        assert_eq!(diff(&once, &once), "");
+        assert_eq!(blocks(&once).unwrap(), vec![Block { file: "x.json".into(), view: None }]);
+    }
+
+    #[test]
+    fn malformed_markers_are_errors() {
+        let ok = |_: &Block| Ok(String::new());
+        assert!(fill("<!-- generated:begin x.json -->\nno end\n", ok).is_err());
+        assert!(fill("<!-- generated:end -->\n", ok).is_err());
+        assert!(fill("<!-- generated:begin -->\n<!-- generated:end -->\n", ok).is_err());
+        let nested =
+            "<!-- generated:begin a.json -->\n<!-- generated:begin b.json -->\n<!-- generated:end -->\n";
+        assert!(fill(nested, ok).is_err());
+        let b = Block { file: "x.json".into(), view: Some("meta.nothing".into()) };
+        assert!(render(&b, &report()).is_err());
+        let b = Block { file: "x.json".into(), view: Some("rows".into()) };
+        assert!(render(&b, &report()).unwrap().contains("| `name` | `unit` |"));
+    }
+
+    /// The committed pages of docs/results are what their JSON gives (as `bench-plot tables --check`).
+    #[test]
+    fn committed_results_pages_match_their_json() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/results");
+        let (pages, unquoted) = regenerate(&dir).unwrap();
+        for p in &pages {
+            assert!(
+                p.committed == p.generated,
+                "{} differs from its JSON (run `cargo run -p cuda-async-examples --bin bench-plot -- tables`):\n{}",
+                p.path.display(),
+                diff(&p.committed, &p.generated)
+            );
+        }
+        assert!(unquoted.is_empty(), "JSON quoted by no generated table: {unquoted:?}");
+    }
 }

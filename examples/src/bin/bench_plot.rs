@@ -133,7 +133,12 @@ fn make_tables(dir: &std::path::Path, check: bool) -> Result<()> {
             "{stale} page(s) differ from the JSON: run `cargo run -p cuda-async-examples --bin bench-plot -- tables`"
         );
     }
-    ensure!(unquoted.is_empty(), "{} JSON file(s) of {} quoted by no generated table", unquoted.len(), dir.display());
+    ensure!(
+        unquoted.is_empty(),
+        "{} JSON file(s) of {} quoted by no generated table",
+        unquoted.len(),
+        dir.display()
+    );
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 
 pub mod raw;
 pub mod runner;
+pub mod tables;
 pub mod tiny;
 
 pub use runner::{median, Case, Goal, Report, Row, Runner};

@@ -5,18 +5,28 @@
 //!
 //! `cargo run -p cuda-async-examples --bin bench-plot -- [FILES...] [--out PATH]`
 //! (default: `docs/results/*-h100.json` into `docs/results/ratios.svg`)
+//!
+//! `bench-plot tables [--check] [--dir docs/results]` regenerates the results tables of the
+//! folder's Markdown pages from its JSON files (between `<!-- generated:begin FILE [VIEW] -->` and
+//! `<!-- generated:end -->`, see `cuda_async_examples::bench::tables`); with `--check` it writes
+//! nothing and exits non-zero, showing the differences, if a committed table is not what its JSON
+//! gives or a JSON file of the folder is quoted by no table.
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use clap::Parser;
-use cuda_async_examples::bench::Report;
+use cuda_async_examples::bench::{tables, Report};
 use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::PathBuf;
 
-/// Plots the framework / raw ratios of benchmark JSON files as SVG.
+/// Plots the framework / raw ratios of benchmark JSON files as SVG, or (`tables`) generates the
+/// results tables of the Markdown pages from the JSON files.
 #[derive(Parser)]
+#[command(args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
     /// Benchmark JSON files (default: docs/results/*-h100.json)
     files: Vec<PathBuf>,
     /// The SVG to write
@@ -24,11 +34,27 @@ struct Args {
     out: PathBuf,
 }
 
+#[derive(clap::Subcommand)]
+enum Cmd {
+    /// Regenerate the tables between the generated:begin/end markers of the pages
+    Tables {
+        /// Write nothing; exit non-zero if a committed table differs from its JSON
+        #[arg(long)]
+        check: bool,
+        /// The results folder (pages and JSON)
+        #[arg(long, value_name = "DIR", default_value = "docs/results")]
+        dir: PathBuf,
+    },
+}
+
 /// One bar: label, ratio, goal, met.
 type Bar = (String, f64, Option<f64>, Option<bool>);
 
 fn main() -> Result<()> {
     let mut a = Args::parse();
+    if let Some(Cmd::Tables { check, dir }) = a.cmd {
+        return make_tables(&dir, check);
+    }
     if a.files.is_empty() {
         for e in std::fs::read_dir("docs/results").context("reading docs/results")? {
             let p = e?.path();
@@ -77,6 +103,42 @@ fn main() -> Result<()> {
     );
     plot(&bars, &caption, &a.out)?;
     println!("wrote {} ({} bars)", a.out.display(), bars.len());
+    Ok(())
+}
+
+/// `tables`: regenerates (or with `check`, compares) every page's generated blocks.
+fn make_tables(dir: &std::path::Path, check: bool) -> Result<()> {
+    let (pages, unquoted) = tables::regenerate(dir)?;
+    let mut stale = 0;
+    for p in &pages {
+        let blocks = tables::blocks(&p.committed)?.len();
+        if p.committed == p.generated {
+            if blocks > 0 {
+                println!("{}: {blocks} generated table(s) up to date", p.path.display());
+            }
+        } else if check {
+            stale += 1;
+            println!("{}: differs from its JSON (- committed, + generated):", p.path.display());
+            print!("{}", tables::diff(&p.committed, &p.generated));
+        } else {
+            std::fs::write(&p.path, &p.generated).with_context(|| format!("writing {}", p.path.display()))?;
+            println!("{}: wrote {blocks} generated table(s)", p.path.display());
+        }
+    }
+    for f in &unquoted {
+        println!("{}: quoted by no generated table", dir.join(f).display());
+    }
+    if stale > 0 {
+        bail!(
+            "{stale} page(s) differ from the JSON: run `cargo run -p cuda-async-examples --bin bench-plot -- tables`"
+        );
+    }
+    ensure!(
+        unquoted.is_empty(),
+        "{} JSON file(s) of {} quoted by no generated table",
+        unquoted.len(),
+        dir.display()
+    );
     Ok(())
 }
 

@@ -443,19 +443,30 @@ fn run_wakers(shard: &'static Shard) -> bool {
         shard.in_waker.store(since, Ordering::SeqCst);
         // A panicking waker must not kill the engine (every other future would hang).
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
-        if shard.in_waker.compare_exchange(since, 0, Ordering::SeqCst, Ordering::SeqCst).is_err() {
-            // Claimed by the watchdog: a new thread sweeps the shard (and runs the wakers still
-            // owed). Let any thread parked on the shard look again, then end.
-            shard.wake.notify_all();
-            return false;
+        loop {
+            match shard.in_waker.compare_exchange(since, 0, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => break,
+                // The watchdog is starting a new thread for the shard: wait for the outcome.
+                Err(CLAIMED) => std::thread::yield_now(),
+                // Handed over: a new thread sweeps the shard (and runs the wakers still owed).
+                // Let any thread parked on the shard look again, then end.
+                Err(_) => {
+                    shard.wake.notify_all();
+                    return false;
+                }
+            }
         }
     }
 }
 
+/// [`Shard::in_waker`] while the watchdog starts a new thread for a shard whose waker it claimed
+/// (never a timestamp: `now_ns` would need 584 years to reach it).
+const CLAIMED: u64 = u64::MAX;
+
 /// The engine's watchdog: one thread per process that gives a shard whose thread is stuck in a
 /// user waker to a new thread (see [`Shard::in_waker`]).
 mod watchdog {
-    use super::{epoch, now_ns, spawn_shard, Engine, Shard, STALL};
+    use super::{epoch, now_ns, spawn_shard, Engine, Shard, CLAIMED, STALL};
     use std::sync::atomic::Ordering;
     use std::sync::{Mutex, OnceLock};
     use std::time::Duration;
@@ -489,11 +500,16 @@ mod watchdog {
                     continue;
                 }
                 // Claim the stuck waker; if it returned meanwhile, its thread keeps the shard.
-                if shard.in_waker.compare_exchange(since, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-                    TAKEOVERS.fetch_add(1, Ordering::Relaxed);
-                    if !spawn_shard(e, shard) {
-                        // No thread could be started: the stuck one keeps the shard (its swap
-                        // will fail, so give it back its claim) rather than leave it to nobody.
+                // While claimed, the stuck thread (if its waker returns) waits for the outcome.
+                if shard.in_waker.compare_exchange(since, CLAIMED, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+                {
+                    if spawn_shard(e, shard) {
+                        TAKEOVERS.fetch_add(1, Ordering::Relaxed);
+                        // Handed over (the new thread may already have stamped a waker of its own).
+                        let _ =
+                            shard.in_waker.compare_exchange(CLAIMED, 0, Ordering::SeqCst, Ordering::SeqCst);
+                    } else {
+                        // No thread could be started: the stuck one keeps the shard.
                         shard.in_waker.store(since, Ordering::SeqCst);
                     }
                 }

@@ -60,15 +60,20 @@ impl Stream {
     /// ```
     pub fn begin_capture(&self, mode: CaptureMode) -> Result<()> {
         self.device().bind()?;
+        // Counted in at the capture gate first, without the stream's lock (it may wait there for
+        // a device-wide operation in flight, and must not hold up this stream's enqueues while
+        // it does); counted out again if the capture does not begin.
+        driver::capture_opened();
         let mut state = self.lock();
         if state.capture.is_some() {
+            drop(state);
+            driver::capture_closed();
             return Err(Error::Capture("beginning a capture on a stream that is already being captured"));
         }
         // Registered first (rule 6): no enqueue can slip between the driver's begin and ours.
         let cap = Box::new(Capture::new(Box::new(KeepAlive::default())));
         self.set_capture_tag(cap.id);
         state.capture = Some(cap);
-        driver::capture_opened();
         // SAFETY: live stream; context bound.
         let res = unsafe { result::stream_begin_capture(self.raw(), mode.raw()) };
         if res.is_err() {

@@ -25,11 +25,22 @@ impl Drop for ModuleInner {
         // A kernel of this module may still be queued or running: wait for the device to go idle
         // before unloading, so no launch ever runs code that was unloaded. This blocks, which is
         // why modules are normally loaded once and kept (the `kernels` crate caches them).
-        if self.device.synchronize().is_ok() {
-            // SAFETY: we own the module; every launch from it has completed (synchronize above) and
-            // no Function outlives this (each holds an Arc to us).
-            crate::error::note_drop(unsafe { result::module_unload(self.raw) });
+        // Both in one device-wide step (never overlapping a capture, see `driver::device_wide`):
+        // no capture can begin between the synchronisation and the unload. While a capture is
+        // open anywhere, the module is leaked instead (a drop cannot wait or fail).
+        if self.device.bind().is_err() {
+            return;
         }
+        let raw = self.raw;
+        let unloaded =
+            crate::driver::device_wide("unloading a module while a stream capture is active", || {
+                // SAFETY: this device's context is current; no capture is open (the gate).
+                unsafe { result::ctx_synchronize() }?;
+                // SAFETY: we own the module; every launch from it has completed (synchronized above)
+                // and no Function outlives this (each holds an Arc to us).
+                unsafe { result::module_unload(raw) }
+            });
+        crate::error::note_drop(unloaded);
     }
 }
 

@@ -3,6 +3,8 @@
 //! built graph cannot pull a launch into someone's open capture, a graph keeps its kernels' code
 //! loaded, and device-wide operations never overlap a capture on another thread.
 
+use cuda_async::DeviceOpExt;
+use cuda_async_tests::ops::SpinWrite;
 use cuda_async_tests::{ensure, Suite, TestResult};
 use cuda_core::{
     CaptureMode, CaptureStatus, Device, DeviceBuffer, Error, Event, Graph, LaunchConfig, Stream,
@@ -16,14 +18,34 @@ fn dev() -> Result<Device, cuda_core::Error> {
     Device::new(0)
 }
 
-/// Allocates on `s`, fills, reads back: the stream is not part of any capture (an allocation pulled
-/// into a capture would be graph memory, and the fill would never run).
+/// Allocates on `s`, fills, reads back, on another thread (the capturing thread's own allocations
+/// are refused by the driver in the thread-local and global modes): the stream is not part of any
+/// capture (an allocation pulled into a capture would be graph memory, and the fill would never
+/// run).
 fn stream_runs_eagerly(s: &Stream, v: u32, what: &str) -> TestResult {
     ensure(s.capture_status()? == CaptureStatus::None, format!("{what}: the stream joined a capture"))?;
-    let mut buf = DeviceBuffer::<u32>::zeros(s, 4096)?;
-    buf.fill(s, v)?;
-    let host = buf.to_vec()?;
-    ensure(host.iter().all(|&x| x == v), format!("{what}: the fill did not run"))
+    let run = || -> TestResult {
+        let mut buf = DeviceBuffer::<u32>::zeros(s, 4096)?;
+        buf.fill(s, v)?;
+        let host = buf.to_vec()?;
+        ensure(host.iter().all(|&x| x == v), format!("{what}: the fill did not run"))
+    };
+    std::thread::scope(|sc| sc.spawn(run).join())
+        .map_err(|_| format!("{what}: the checking thread panicked"))?
+}
+
+/// Runs `body` inside a capture of `s` begun in `mode`, always ending the capture; the graph and
+/// the body's result.
+fn captured(
+    s: &Stream,
+    mode: CaptureMode,
+    body: impl FnOnce() -> TestResult,
+) -> Result<Graph, cuda_async_tests::Failed> {
+    s.begin_capture(mode)?;
+    let r = body();
+    let g = s.end_capture();
+    r?;
+    Ok(g?)
 }
 
 /// Pooled events recorded inside a capture and dropped there are never handed out again: every
@@ -35,24 +57,31 @@ fn pooled_event_from_a_capture_is_not_recycled() -> TestResult {
         let (capturing, other) = (Stream::new(&d)?, Stream::new(&d)?);
         let mut kept = DeviceBuffer::<u32>::zeros(&capturing, 256)?;
         capturing.synchronize()?;
-        capturing.begin_capture(mode)?;
-        kept.fill(&capturing, 5)?;
-        // Several events recorded inside the capture, all dropped (back to the pool, before the fix).
-        for _ in 0..8 {
-            let ev = Event::pooled(&d)?;
-            ev.record(&capturing)?;
-        }
-        // Every event the pool hands out now, never recorded: a wait on it must be a no-op.
-        let fresh: Vec<_> = (0..300).map(|_| Event::pooled(&d)).collect::<Result<_, _>>()?;
-        for ev in &fresh {
-            other.wait_event(ev)?;
-            ensure(
-                other.capture_status()? == CaptureStatus::None,
-                format!("{mode:?}: a wait on a pooled event pulled another stream into the capture"),
-            )?;
-        }
-        stream_runs_eagerly(&other, 9, &format!("{mode:?}, after waiting on pooled events"))?;
-        let graph = capturing.end_capture()?;
+        let graph = captured(&capturing, mode, || {
+            kept.fill(&capturing, 5)?;
+            // Several events recorded inside the capture, all dropped (back to the pool, before
+            // the fix).
+            for _ in 0..8 {
+                let ev = Event::pooled(&d)?;
+                ev.record(&capturing)?;
+            }
+            // Every event the pool hands out now, never recorded: a wait on it must be a no-op.
+            let fresh: Vec<_> = (0..300).map(|_| Event::pooled(&d)).collect::<Result<_, _>>()?;
+            for ev in &fresh {
+                other.wait_event(ev)?;
+                ensure(
+                    other.capture_status()? == CaptureStatus::None,
+                    format!("{mode:?}: a wait on a pooled event pulled another stream into the capture"),
+                )?;
+            }
+            // Another thread's allocation and launch there (the driver refuses allocations on
+            // every thread during a global capture: an error, checked after the capture instead).
+            if mode != CaptureMode::Global {
+                stream_runs_eagerly(&other, 9, &format!("{mode:?}, after waiting on pooled events"))?;
+            }
+            Ok(())
+        })?;
+        stream_runs_eagerly(&other, 8, &format!("{mode:?}, after the capture"))?;
         let exec = graph.instantiate(Default::default())?;
         exec.launch(&capturing)?;
         ensure(kept.to_vec()?.iter().all(|&x| x == 5), format!("{mode:?}: the capture's replay"))?;
@@ -67,10 +96,12 @@ fn captured_event_stays_refused_until_re_recorded() -> TestResult {
     let d = dev()?;
     let (capturing, other) = (Stream::new(&d)?, Stream::new(&d)?);
     let ev = Event::pooled(&d)?;
-    capturing.begin_capture(CaptureMode::ThreadLocal)?;
-    ev.record(&capturing)?;
-    let during = other.wait_event(&ev);
-    drop(capturing.end_capture()?);
+    let mut during = Ok(());
+    drop(captured(&capturing, CaptureMode::ThreadLocal, || {
+        ev.record(&capturing)?;
+        during = other.wait_event(&ev);
+        Ok(())
+    })?);
     let after = other.wait_event(&ev);
     ensure(matches!(during, Err(Error::Capture(_))), format!("wait during the capture: {during:?}"))?;
     ensure(matches!(after, Err(Error::Capture(_))), format!("wait after the capture: {after:?}"))?;
@@ -103,25 +134,34 @@ fn event_nodes_cannot_join_an_open_capture() -> TestResult {
         }
         let exec = g.instantiate(Default::default())?;
         capturing.synchronize()?;
-        capturing.begin_capture(CaptureMode::Global)?;
-        kept.fill(&capturing, 7)?;
-        ev.record(&capturing)?; // the event now belongs to the capture
         let mut g2 = Graph::new(&d)?;
-        let added = {
-            let mut b = g2.builder();
-            match node {
-                "wait" => b.add_event_wait(&ev, &[]),
-                _ => b.add_event_record(&ev, &[]),
-            }
-        };
-        let inst = g.instantiate(Default::default());
-        let launched = exec.launch(&launcher);
-        ensure(matches!(added, Err(Error::Capture(_))), format!("{node}: adding the node: {added:?}"))?;
-        ensure(matches!(inst, Err(Error::Capture(_))), format!("{node}: instantiating: {:?}", inst.err()))?;
-        ensure(matches!(launched, Err(Error::Capture(_))), format!("{node}: launching: {launched:?}"))?;
-        ensure(capturing.capture_status()? == CaptureStatus::Active, format!("{node}: the capture broke"))?;
-        stream_runs_eagerly(&launcher, 4, &format!("{node}: the launching stream"))?;
-        let graph = capturing.end_capture()?;
+        let graph = captured(&capturing, CaptureMode::ThreadLocal, || {
+            kept.fill(&capturing, 7)?;
+            ev.record(&capturing)?; // the event now belongs to the capture
+            let added = {
+                let mut b = g2.builder();
+                match node {
+                    "wait" => b.add_event_wait(&ev, &[]),
+                    _ => b.add_event_record(&ev, &[]),
+                }
+            };
+            let inst = g.instantiate(Default::default());
+            // Launched from another thread (the capturing thread's own instantiations and
+            // launches are the driver's to refuse in this mode).
+            let launched = std::thread::scope(|sc| sc.spawn(|| exec.launch(&launcher)).join())
+                .map_err(|_| "the launching thread panicked")?;
+            ensure(matches!(added, Err(Error::Capture(_))), format!("{node}: adding the node: {added:?}"))?;
+            ensure(
+                matches!(inst, Err(Error::Capture(_))),
+                format!("{node}: instantiating: {:?}", inst.err()),
+            )?;
+            ensure(matches!(launched, Err(Error::Capture(_))), format!("{node}: launching: {launched:?}"))?;
+            ensure(
+                capturing.capture_status()? == CaptureStatus::Active,
+                format!("{node}: the capture broke"),
+            )?;
+            stream_runs_eagerly(&launcher, 4, &format!("{node}: the launching stream"))
+        })?;
         let replay = graph.instantiate(Default::default())?;
         replay.launch(&capturing)?;
         ensure(kept.to_vec()?.iter().all(|&x| x == 7), format!("{node}: the capture's replay"))?;
@@ -150,10 +190,11 @@ fn captured_graph_keeps_its_kernels_loaded() -> TestResult {
     let graph = {
         let m = d.compile_module("inc_by_keep.cu", INC_SRC, &[])?;
         let f = m.function("inc_by")?;
-        s.begin_capture(CaptureMode::ThreadLocal)?;
-        // SAFETY: inc_by(u32*, u32, u32) writes x[0..n] only.
-        unsafe { f.launch(&s, LaunchConfig::for_elements(n, 256), (&mut x, n as u32, 3u32))? };
-        s.end_capture()?
+        captured(&s, CaptureMode::ThreadLocal, || {
+            // SAFETY: inc_by(u32*, u32, u32) writes x[0..n] only.
+            unsafe { f.launch(&s, LaunchConfig::for_elements(n, 256), (&mut x, n as u32, 3u32))? };
+            Ok(())
+        })?
         // `m` and `f` are dropped here: only the graph refers to the kernel now.
     };
     for _ in 0..4 {
@@ -177,11 +218,13 @@ fn device_sync_refused_during_a_capture() -> TestResult {
     let s = Stream::new(&d)?;
     let mut x = DeviceBuffer::<u32>::zeros(&s, 1024)?;
     s.synchronize()?;
-    s.begin_capture(CaptureMode::Global)?;
-    x.fill(&s, 2)?;
-    let refused = d.synchronize();
-    let status = s.capture_status()?;
-    let graph = s.end_capture()?;
+    let (mut refused, mut status) = (Ok(()), CaptureStatus::None);
+    let graph = captured(&s, CaptureMode::Global, || {
+        x.fill(&s, 2)?;
+        refused = d.synchronize();
+        status = s.capture_status()?;
+        Ok(())
+    })?;
     ensure(matches!(refused, Err(Error::Capture(_))), format!("synchronize during a capture: {refused:?}"))?;
     ensure(status == CaptureStatus::Active, "the capture was invalidated")?;
     graph.instantiate(Default::default())?.launch(&s)?;
@@ -241,11 +284,12 @@ fn race_child(mode: &str) -> TestResult {
     };
     let stop = AtomicBool::new(false);
     let (syncs, refused, captures) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
+    let driver_refused = AtomicUsize::new(0);
     let deadline = Instant::now() + Duration::from_secs(3);
     std::thread::scope(|sc| -> TestResult {
         let mut hs = Vec::new();
         for t in 0..2u32 {
-            let (stop, captures) = (&stop, &captures);
+            let (stop, captures, driver_refused) = (&stop, &captures, &driver_refused);
             hs.push(sc.spawn(move || -> TestResult {
                 let s = Stream::new(&d)?;
                 let mut x = DeviceBuffer::<u32>::zeros(&s, 1 << 12)?;
@@ -253,16 +297,38 @@ fn race_child(mode: &str) -> TestResult {
                 let mut k = 0u32;
                 while !stop.load(Ordering::Relaxed) {
                     k += 1;
-                    s.begin_capture(mode)?;
-                    x.fill(&s, k + t)?;
-                    let g = s.end_capture()?;
-                    g.instantiate(Default::default())?.launch(&s)?;
-                    if k.is_multiple_of(64) {
-                        let v = x.to_vec()?;
-                        ensure(v.iter().all(|&e| e == k + t), "a replay's result")?;
+                    let mut round = || -> cuda_core::Result<()> {
+                        s.begin_capture(mode)?;
+                        let filled = x.fill(&s, k + t);
+                        let g = s.end_capture();
+                        filled?;
+                        g?.instantiate(Default::default())?.launch(&s)?;
+                        if k.is_multiple_of(64) {
+                            let v = x.to_vec()?;
+                            if v.iter().any(|&e| e != k + t) {
+                                return Err(Error::InvalidArgument(format!("a replay's result: {}", v[0])));
+                            }
+                        }
+                        Ok(())
+                    };
+                    match round() {
+                        Ok(()) => {
+                            captures.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // Under a global capture on another thread, the driver refuses
+                        // instantiation (and invalidates captures) on every thread: an error,
+                        // as documented, never a crash. The buffer is then rewritten next round.
+                        Err(Error::Driver { name, .. })
+                            if mode == CaptureMode::Global
+                                && (name == "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
+                                    || name == "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED") =>
+                        {
+                            driver_refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => return Err(e.into()),
                     }
-                    captures.fetch_add(1, Ordering::Relaxed);
                 }
+                s.synchronize()?;
                 Ok(())
             }));
         }
@@ -293,7 +359,8 @@ fn race_child(mode: &str) -> TestResult {
     let (s, r, c) = (syncs.into_inner(), refused.into_inner(), captures.into_inner());
     ensure(c > 100 && s + r > 100, format!("too little racing: {c} captures, {s} syncs, {r} refused"))?;
     d.synchronize()?;
-    println!("RACE-OK {c} captures, {s} device syncs, {r} refused");
+    let dr = driver_refused.into_inner();
+    println!("RACE-OK {c} captures ({dr} refused by the driver), {s} device syncs, {r} refused");
     Ok(())
 }
 
@@ -325,9 +392,56 @@ fn device_sync_racing_captures_does_not_crash() -> TestResult {
     Ok(())
 }
 
+/// A shared op first executed inside a capture (where its work is only recorded) is refused and
+/// not cached: a later execution outside the capture runs the work, and its result is right.
+fn shared_op_first_run_inside_a_capture_is_refused() -> TestResult {
+    let d = dev()?;
+    let s = Stream::new(&d)?;
+    let buf = DeviceBuffer::<f32>::zeros(&s, 1024)?;
+    s.synchronize()?;
+    let sh = SpinWrite { buf, ns: 0, v: 3.0 }.into_op().shared();
+    let mut inside = None;
+    drop(captured(&s, CaptureMode::ThreadLocal, || {
+        inside = Some(sh.clone().sync_on(&s).map(|_| ()));
+        Ok(())
+    })?);
+    ensure(matches!(inside, Some(Err(_))), format!("inside the capture: {inside:?}"))?;
+    let out = sh.sync_on(&s)?;
+    ensure(out.to_vec()?.iter().all(|&v| v == 3.0), "the shared op's work did not run after the capture")
+}
+
+/// The last handle of a capturing stream dropped on another thread than the capturing one: the
+/// driver keeps the capture (it can only be ended on its thread), so device-wide operations stay
+/// refused instead of overlapping it (the crash of the gate's test), and nothing crashes.
+fn capturing_stream_dropped_on_another_thread_keeps_the_gate_closed() -> TestResult {
+    let exe = std::env::current_exe()?;
+    let out = Command::new(exe).env(CHILD, "drop-elsewhere").output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("child: {} {}", stdout.trim(), String::from_utf8_lossy(&out.stderr).trim());
+    ensure(out.status.success() && stdout.contains("DROP-OK"), format!("the child failed: {:?}", out.status))
+}
+
+/// The child of [`capturing_stream_dropped_on_another_thread_keeps_the_gate_closed`] (the abandoned
+/// capture stays open in the driver for the rest of the process).
+fn drop_elsewhere_child() -> TestResult {
+    let d = dev()?;
+    let s = Stream::new(&d)?;
+    let s2 = s.clone();
+    s.begin_capture(CaptureMode::Global)?;
+    drop(s);
+    std::thread::spawn(move || drop(s2)).join().map_err(|_| "the dropping thread panicked")?;
+    for _ in 0..1000 {
+        let r = d.synchronize();
+        ensure(matches!(r, Err(Error::Capture(_))), format!("device synchronize after the drop: {r:?}"))?;
+    }
+    println!("DROP-OK");
+    Ok(())
+}
+
 fn main() {
     if let Ok(mode) = std::env::var(CHILD) {
-        match race_child(&mode) {
+        let run = if mode == "drop-elsewhere" { drop_elsewhere_child() } else { race_child(&mode) };
+        match run {
             Ok(()) => std::process::exit(0),
             Err(e) => {
                 eprintln!("race child: {e:?}");
@@ -342,6 +456,14 @@ fn main() {
         .gpu("captured_graph_keeps_its_kernels_loaded", captured_graph_keeps_its_kernels_loaded)
         .gpu("device_sync_refused_during_a_capture", device_sync_refused_during_a_capture)
         .gpu_alone("capture_waits_for_an_inflight_device_sync", capture_waits_for_an_inflight_device_sync)
-        .gpu_alone("device_sync_racing_captures_does_not_crash", device_sync_racing_captures_does_not_crash);
+        .gpu_alone("device_sync_racing_captures_does_not_crash", device_sync_racing_captures_does_not_crash)
+        .gpu(
+            "shared_op_first_run_inside_a_capture_is_refused",
+            shared_op_first_run_inside_a_capture_is_refused,
+        )
+        .gpu(
+            "capturing_stream_dropped_on_another_thread_keeps_the_gate_closed",
+            capturing_stream_dropped_on_another_thread_keeps_the_gate_closed,
+        );
     s.run()
 }

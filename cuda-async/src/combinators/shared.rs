@@ -120,6 +120,16 @@ where
         let mut st = self.lock();
         loop {
             match std::mem::replace(&mut *st, State::Running) {
+                State::NotRun(op) if ctx.stream().is_being_captured() => {
+                    // Executed inside a capture, the op's work is only recorded (it runs when the
+                    // graph is replayed, maybe never): its output must not be cached and handed to
+                    // later users as if the work had run.
+                    *st = State::NotRun(op);
+                    return Err(cuda_core::Error::Capture(
+                        "a shared op is first executed inside a stream capture (its work would only be recorded)",
+                    )
+                    .into());
+                }
                 State::NotRun(op) => {
                     waits().owner.insert(inner.id, me);
                     drop(st);

@@ -154,9 +154,19 @@ pub(crate) fn defer_free(
 /// be dropped by the caller once no lock is held.
 pub(crate) fn abandon(raw: sys::CUstream, state: &mut StreamState) -> Option<Box<Capture>> {
     let mut cap = state.capture.take()?;
-    driver::capture_closed();
     // SAFETY: live stream handle (destroyed only after this).
     let (res, graph) = unsafe { result::stream_end_capture(raw) };
+    // Counted out of the capture gate only once the driver has ended it: a capture the driver
+    // still holds (the last handle dropped on another thread than the capturing one) stays
+    // counted, so device-wide operations stay refused rather than overlap it (`driver::device_wide`).
+    let still = {
+        // SAFETY: live stream handle.
+        let st = unsafe { result::stream_is_capturing(raw) };
+        st.is_ok_and(|st| st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    };
+    if !still {
+        driver::capture_closed();
+    }
     if !graph.is_null() {
         // SAFETY: a graph handed back to us is ours to destroy; nothing else refers to it.
         let _ = unsafe { result::graph_destroy(graph) };
@@ -179,8 +189,16 @@ pub(crate) fn abandon(raw: sys::CUstream, state: &mut StreamState) -> Option<Box
 pub(crate) fn free_after(stream: sys::CUstream, ptr: sys::CUdeviceptr, waits: &[Arc<PooledEvent>]) {
     for ev in waits {
         const DURING: &str = "ordering a free after a use on another stream (leaked)";
+        // Like every wait of the crate, never on an event recorded inside a capture (these are
+        // eager marks of uses; one that is not is leaked rather than waited on).
+        let tag = ev.lock_tag();
+        if *tag != 0 {
+            crate::error::note_drop(Err(Error::Capture(DURING)));
+            return;
+        }
         // SAFETY: live stream (its lock is held by the caller) and live event.
         let res = unsafe { result::stream_wait_event(stream, ev.raw(), DURING) };
+        drop(tag);
         if res.is_err() {
             crate::error::note_drop(res);
             return;

@@ -4,8 +4,12 @@
 //! `cuda-gdb` for a backtrace if it crashes.
 //!
 //! ```text
-//! capture-race-probe [global|thread-local|relaxed] [SECONDS]
+//! capture-race-probe [global|thread-local|relaxed] [SECONDS] [sync|host-alloc|module|pool]
 //! ```
+//!
+//! The last argument picks what the second thread does in its loop: `cuCtxSynchronize` (default),
+//! `cuMemHostAlloc` + `cuMemFreeHost`, `cuModuleLoadData` + `cuModuleUnload` (of a tiny PTX), or
+//! `cuMemPoolCreate` + `cuMemPoolTrimTo` + `cuMemPoolDestroy`.
 //!
 //! Prints how many captures and synchronisations ran and which driver errors they returned; a
 //! crash ends the process with a signal instead.
@@ -31,6 +35,7 @@ fn main() {
         _ => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
     };
     let secs: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(3);
+    let what = args.get(3).cloned().unwrap_or_else(|| "sync".into());
     // SAFETY: raw driver calls with valid out-pointers (likewise below, on the primary context of
     // device 0 made current on each thread before use; handles are used only while alive).
     let ctx = unsafe {
@@ -85,9 +90,43 @@ fn main() {
         // SAFETY: as above.
         let sync = sc.spawn(|| unsafe {
             check(sys::cuCtxSetCurrent(ctx as sys::CUcontext), "set current");
+            let mut dev = 0;
+            check(sys::cuDeviceGet(&mut dev, 0), "cuDeviceGet");
+            let ptx = std::ffi::CString::new(PTX).unwrap_or_default();
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                note("ctx synchronize", sys::cuCtxSynchronize());
+                match what.as_str() {
+                    "host-alloc" => {
+                        let mut p = std::ptr::null_mut();
+                        let r = sys::cuMemHostAlloc(&mut p, 1 << 20, 0);
+                        note("host alloc", r);
+                        if r == sys::CUresult::CUDA_SUCCESS {
+                            note("free host", sys::cuMemFreeHost(p));
+                        }
+                    }
+                    "module" => {
+                        let mut m = std::ptr::null_mut();
+                        let r = sys::cuModuleLoadData(&mut m, ptx.as_ptr().cast());
+                        note("module load", r);
+                        if r == sys::CUresult::CUDA_SUCCESS {
+                            note("module unload", sys::cuModuleUnload(m));
+                        }
+                    }
+                    "pool" => {
+                        let mut props: sys::CUmemPoolProps = std::mem::zeroed();
+                        props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+                        props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+                        props.location.id = dev;
+                        let mut pool = std::ptr::null_mut();
+                        let r = sys::cuMemPoolCreate(&mut pool, &props);
+                        note("pool create", r);
+                        if r == sys::CUresult::CUDA_SUCCESS {
+                            note("pool trim", sys::cuMemPoolTrimTo(pool, 0));
+                            note("pool destroy", sys::cuMemPoolDestroy(pool));
+                        }
+                    }
+                    _ => note("ctx synchronize", sys::cuCtxSynchronize()),
+                }
                 n += 1;
             }
             n
@@ -100,8 +139,11 @@ fn main() {
         captures = cap.join().unwrap_or(0);
         syncs = sync.join().unwrap_or(0);
     });
-    println!("PROBE-DONE mode={:?} captures={captures} ctx_syncs={syncs}", args.get(1));
+    println!("PROBE-DONE mode={:?} what={what} captures={captures} other_calls={syncs}", args.get(1));
     for (e, n) in errors.lock().unwrap().iter() {
         println!("  {n} x {e}");
     }
 }
+
+/// A kernel that does nothing, for the module load/unload loop.
+const PTX: &str = ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry noop() { ret; }\n";

@@ -13,7 +13,8 @@ R=${OUT:-gpu-out}; mkdir -p "$R/san"
 allowed="$here/sanitize-allowed-api-errors.txt"
 tools=${TOOLS:-memcheck racecheck}
 if [[ $# -gt 0 ]]; then suites=("$@"); else suites=(); for t in "$B"/tests/*; do suites+=("${t##*/}"); done; fi
-export CUDA_ASYNC_REQUIRE_GPU=1
+# At least one GPU required (a caller may require more, e.g. 2 on a two-GPU host).
+export CUDA_ASYNC_REQUIRE_GPU=${CUDA_ASYNC_REQUIRE_GPU:-1}
 bad=0
 for s in "${suites[@]}"; do
   exe="$B/tests/$s"; [[ -x $exe ]] || exe=$(ls "$B"/tests/*"$s" 2>/dev/null | head -1)

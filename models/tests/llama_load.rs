@@ -2,7 +2,7 @@
 //! safetensors file round-trips, and every kind of bad input is a clear error.
 
 use half::bf16;
-use models::llama::{write_random_safetensors, HostWeights, LlamaConfig, LoadError};
+use models::llama::{write_random_safetensors, HostWeights, Layer, LlamaConfig, LoadError, Weights};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use std::path::Path;
@@ -147,4 +147,154 @@ fn llama3_inv_freq_matches_hugging_face() {
     assert!(f.windows(2).all(|w| w[1] < w[0]), "decreasing");
     let p = LlamaConfig::llama_3_2_1b().parameters();
     assert!((1_235_000_000..1_236_000_000).contains(&p), "{p} parameters (Llama-3.2-1B has 1.236 B)");
+}
+
+#[test]
+fn file_with_more_or_fewer_layers_than_the_config_is_a_layer_count_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("three.safetensors");
+    let cfg = tiny();
+    // A file of num_hidden_layers + 1 layers: the extra layer used to be ignored at load, and a
+    // model built over more layers than its KV cache has panicked in its first step.
+    write_random_safetensors(&path, &LlamaConfig { layers: 3, ..cfg.clone() }, 5, 0.02).unwrap();
+    let e = HostWeights::from_safetensors(&path, &cfg).unwrap_err();
+    assert!(matches!(e, LoadError::LayerCount { config: 2, weights: 3 }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("num_hidden_layers") && msg.contains('3') && msg.contains('2'), "{msg}");
+    // Fewer layers than the configuration: the same error (not a missing tensor of layer 3).
+    let e = HostWeights::from_safetensors(&path, &LlamaConfig { layers: 4, ..cfg.clone() }).unwrap_err();
+    assert!(matches!(e, LoadError::LayerCount { config: 4, weights: 3 }), "{e}");
+    // A stray tensor of a layer beyond the configuration counts too.
+    let good = dir.path().join("two.safetensors");
+    write_random_safetensors(&good, &cfg, 5, 0.02).unwrap();
+    let bad = dir.path().join("stray.safetensors");
+    rewrite(&good, &bad, |l| {
+        let norm = l.iter().find(|t| t.0 == "model.layers.1.input_layernorm.weight").unwrap().clone();
+        l.push(("model.layers.7.input_layernorm.weight".into(), norm.1, norm.2, norm.3));
+    });
+    let e = HostWeights::from_safetensors(&bad, &cfg).unwrap_err();
+    assert!(matches!(e, LoadError::LayerCount { config: 2, weights: 8 }), "{e}");
+    assert!(HostWeights::from_safetensors(&good, &cfg).is_ok());
+}
+
+/// Element counts of weights that match `cfg`.
+fn counts(cfg: &LlamaConfig) -> Weights<usize> {
+    let h = cfg.hidden;
+    let layer = Layer {
+        attn_norm: h,
+        wqkv: cfg.qkv_dim() * h,
+        wo: h * cfg.attn_dim(),
+        mlp_norm: h,
+        w_gate_up: 2 * cfg.intermediate * h,
+        w_down: h * cfg.intermediate,
+    };
+    Weights {
+        embed: cfg.vocab * h,
+        layers: vec![layer; cfg.layers],
+        final_norm: h,
+        lm_head: (!cfg.tie_embeddings).then_some(cfg.vocab * h),
+    }
+}
+
+#[test]
+fn weights_check_refuses_every_mismatch_with_the_config() {
+    // `LlamaModel::new` runs this check (it needs a GPU to be built, so the check is tested here).
+    let cfg = tiny();
+    counts(&cfg).check(&cfg).unwrap();
+    let tied = LlamaConfig { tie_embeddings: true, ..cfg.clone() };
+    counts(&tied).check(&tied).unwrap();
+
+    let mut w = counts(&cfg);
+    w.layers.push(w.layers[0].clone());
+    let e = w.check(&cfg).unwrap_err();
+    assert!(matches!(e, LoadError::LayerCount { config: 2, weights: 3 }), "{e}");
+    w.layers.truncate(1);
+    assert!(matches!(w.check(&cfg).unwrap_err(), LoadError::LayerCount { config: 2, weights: 1 }));
+
+    let mut w = counts(&cfg);
+    w.layers[1].wqkv -= 1;
+    let e = w.check(&cfg).unwrap_err();
+    assert!(matches!(&e, LoadError::Elements { name, .. } if name == "layers[1].wqkv"), "{e}");
+    for (name, edit) in [
+        ("embed", (|w: &mut Weights<usize>| w.embed += 1) as fn(&mut Weights<usize>)),
+        ("layers[0].attn_norm", |w| w.layers[0].attn_norm += 1),
+        ("layers[0].wo", |w| w.layers[0].wo += 1),
+        ("layers[1].mlp_norm", |w| w.layers[1].mlp_norm += 1),
+        ("layers[1].w_gate_up", |w| w.layers[1].w_gate_up += 1),
+        ("layers[1].w_down", |w| w.layers[1].w_down += 1),
+        ("final_norm", |w| w.final_norm += 1),
+        ("lm_head", |w| w.lm_head = Some(1)),
+    ] {
+        let mut w = counts(&cfg);
+        edit(&mut w);
+        let e = w.check(&cfg).unwrap_err();
+        assert!(matches!(&e, LoadError::Elements { name: n, .. } if n == name), "{name}: {e}");
+    }
+    // lm_head against tie_word_embeddings, both ways.
+    let e = counts(&cfg).check(&tied).unwrap_err();
+    assert!(matches!(e, LoadError::OutputHead { tied: true }), "{e}");
+    let e = counts(&tied).check(&cfg).unwrap_err();
+    assert!(matches!(e, LoadError::OutputHead { tied: false }), "{e}");
+    // Host weights loaded for one configuration do not pass for another.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.safetensors");
+    write_random_safetensors(&path, &cfg, 2, 0.02).unwrap();
+    let host = HostWeights::from_safetensors(&path, &cfg).unwrap();
+    host.check(&cfg).unwrap();
+    let wider = LlamaConfig { intermediate: 128, ..cfg.clone() };
+    assert!(matches!(host.check(&wider).unwrap_err(), LoadError::Elements { .. }));
+}
+
+#[test]
+fn huge_dimensions_are_validation_errors_not_overflows() {
+    let big = usize::MAX / 2;
+    let base = tiny();
+    let cases = [
+        ("vocab", LlamaConfig { vocab: big, ..base.clone() }),
+        ("layers", LlamaConfig { layers: big, ..base.clone() }),
+        ("intermediate", LlamaConfig { intermediate: big, ..base.clone() }),
+        ("kv_heads", LlamaConfig { heads: big, kv_heads: big, ..base.clone() }),
+        ("heads", LlamaConfig { heads: big - big % 2, kv_heads: 2, ..base.clone() }),
+        (
+            "heads 8 per group",
+            LlamaConfig { heads: 8 * (usize::MAX / 16), kv_heads: usize::MAX / 16, ..base.clone() },
+        ),
+        ("layers x kv", LlamaConfig { layers: usize::MAX / 64, ..base.clone() }),
+        (
+            "all",
+            LlamaConfig {
+                vocab: big,
+                layers: big,
+                heads: big,
+                kv_heads: big,
+                intermediate: big,
+                ..base.clone()
+            },
+        ),
+    ];
+    for (what, c) in cases {
+        let e = c.validate().expect_err(what);
+        assert!(!e.to_string().is_empty());
+        // The derived sizes saturate instead of wrapping (or panicking in debug builds).
+        let _ = (c.qkv_dim(), c.attn_dim(), c.parameters(), c.step_weight_bytes(), c.kv_bytes(1 << 20));
+        let mut w = counts(&base);
+        w.layers.clear();
+        assert!(matches!(w.check(&c), Err(LoadError::Config(_))), "{what}");
+    }
+    let c = LlamaConfig { layers: big, ..base.clone() };
+    assert_eq!(c.parameters(), usize::MAX);
+    assert_eq!(c.checked_parameters(), None);
+    assert_eq!(c.kv_bytes(usize::MAX), usize::MAX);
+    // Through config.json as well: u64 values beyond what the sizes can hold.
+    let json = format!(
+        r#"{{"vocab_size": 64, "hidden_size": 64, "num_hidden_layers": {}, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 96}}"#,
+        u64::MAX / 2
+    );
+    let e = LlamaConfig::from_hf_json(&json).unwrap_err();
+    assert!(e.to_string().contains("overflow"), "{e}");
+    // The sizes of a real model are unchanged.
+    let one_b = LlamaConfig::llama_3_2_1b();
+    assert_eq!(one_b.checked_parameters(), Some(one_b.parameters()));
+    assert_eq!(one_b.kv_bytes(10), 4 * 16 * 8 * 64 * 10);
 }

@@ -1,9 +1,19 @@
 //! Support for the workspace's GPU test suites.
 //!
-//! GPU tests run under a custom harness (`libtest-mimic`) so that they can be ignored at run time:
-//! - with a GPU, every test runs;
-//! - without one, every GPU test is reported as **ignored** (never as passed);
-//! - with `CUDA_ASYNC_REQUIRE_GPU=1` and no GPU, every GPU test runs and fails, saying why.
+//! GPU tests run under a custom harness (`libtest-mimic`) so that they can be ignored at run time.
+//! What happens to each test is decided by [`decide`], a pure function of `CUDA_ASYNC_REQUIRE_GPU`,
+//! of what GPU detection found ([`Detected`]) and of how many GPUs the test needs:
+//! - with enough GPUs, every test runs;
+//! - only a **missing** driver or device ([`cuda_core::Error::NoDriver`],
+//!   [`cuda_core::Error::NoDevice`]), or fewer GPUs than a test needs, makes a GPU test
+//!   **ignored** (never passed);
+//! - any other detection error (e.g. `cuInit` failing with `CUDA_ERROR_UNKNOWN`: a broken driver)
+//!   makes every GPU test **fail** with that error: a broken machine is not a machine without a GPU;
+//! - `CUDA_ASYNC_REQUIRE_GPU=N` (a positive integer) requires N GPUs: a test that needs k ≤ N GPUs
+//!   fails, saying why, where it would otherwise be ignored. Tests that need more than N GPUs are
+//!   still ignored when the machine has fewer than they need. Unset, empty or `0` requires none;
+//!   any other value that is not a positive integer (`yes`, `true`, ...) is read as `1`, so a typo
+//!   never turns the requirement off.
 //!
 //! A suite runs its tests one at a time unless `--test-threads N` or `RUST_TEST_THREADS` says
 //! otherwise (see [`Suite::run`]); the tests start their own threads where concurrency is the
@@ -21,9 +31,104 @@ use rand::{Rng, SeedableRng};
 /// What a test returns; `?` works on any error that implements `Display`.
 pub type TestResult = Result<(), Failed>;
 
-/// Whether a GPU is usable, or why not.
+/// Whether a GPU is usable, or why not (the error's message).
 pub fn gpu_status() -> Result<usize, String> {
     cuda_core::gpu_available().map_err(|e| e.to_string())
+}
+
+/// The name of the variable that makes GPU tests required.
+pub const REQUIRE_GPU_VAR: &str = "CUDA_ASYNC_REQUIRE_GPU";
+
+/// What GPU detection found, classified for the harness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Detected {
+    /// This many GPUs (at least one) are usable.
+    Gpus(usize),
+    /// No driver or no device: the only outcome that may make GPU tests ignored.
+    Absent(String),
+    /// Detection failed some other way (a broken driver, `cuInit` failing): GPU tests fail.
+    Broken(String),
+}
+
+impl Detected {
+    /// Classifies the result of [`cuda_core::gpu_available`].
+    pub fn classify(result: Result<usize, cuda_core::Error>) -> Detected {
+        match result {
+            Ok(0) => Detected::Absent("the driver reports 0 devices".into()),
+            Ok(n) => Detected::Gpus(n),
+            Err(e @ (cuda_core::Error::NoDriver { .. } | cuda_core::Error::NoDevice { .. })) => {
+                Detected::Absent(e.to_string())
+            }
+            Err(e) => Detected::Broken(e.to_string()),
+        }
+    }
+
+    /// Detects the GPUs of this machine.
+    pub fn detect() -> Detected {
+        Detected::classify(cuda_core::gpu_available())
+    }
+
+    /// The number of usable GPUs (0 when absent or broken).
+    pub fn count(&self) -> usize {
+        match self {
+            Detected::Gpus(n) => *n,
+            _ => 0,
+        }
+    }
+}
+
+/// The number of GPUs that the value of `CUDA_ASYNC_REQUIRE_GPU` requires: unset, empty (after
+/// trimming) or `0` require none; a positive integer N requires N; any other value requires 1 (a
+/// value meant to require GPUs must never turn the requirement off by being misspelled).
+pub fn required_gpus(value: Option<&str>) -> usize {
+    match value.map(str::trim) {
+        None | Some("") => 0,
+        Some(v) => v.parse::<usize>().unwrap_or(1),
+    }
+}
+
+/// What the harness does with one test.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The test runs.
+    Run,
+    /// The test is reported as ignored, for this reason.
+    Ignore(String),
+    /// The test is reported as failed with this message, without running.
+    Fail(String),
+}
+
+/// Decides what happens to a test that needs `need` GPUs (0 for a CPU test), given the value of
+/// `CUDA_ASYNC_REQUIRE_GPU` (`None` when unset; see [`required_gpus`]) and what detection found.
+///
+/// A CPU test always runs. A GPU test fails when detection is [`Detected::Broken`]; runs when
+/// enough GPUs are present; otherwise fails when the variable requires at least `need` GPUs, and is
+/// ignored when it does not.
+pub fn decide(require: Option<&str>, detected: &Detected, need: usize) -> Verdict {
+    if need == 0 {
+        return Verdict::Run;
+    }
+    let found = detected.count();
+    let short = match detected {
+        Detected::Broken(why) => {
+            return Verdict::Fail(format!(
+                "GPU detection failed with an error other than a missing driver or device: {why}"
+            ))
+        }
+        Detected::Gpus(n) if *n >= need => return Verdict::Run,
+        Detected::Gpus(n) => format!("needs {need} GPUs, found {n}"),
+        Detected::Absent(why) => format!("no GPU is usable: {why}"),
+    };
+    let required = required_gpus(require);
+    if need <= required {
+        let value = require.unwrap_or_default();
+        Verdict::Fail(format!(
+            "{REQUIRE_GPU_VAR}={value} requires {required} GPU(s) and this test needs {need}, but {found} \
+             found ({short})"
+        ))
+    } else {
+        Verdict::Ignore(short)
+    }
 }
 
 /// Held shared by every GPU test, exclusively by [`Suite::gpu_alone`] ones.
@@ -48,9 +153,9 @@ impl Suite {
         self.gpus(1, name, f)
     }
 
-    /// Adds a test that needs at least `n` GPUs. With fewer (but at least one), it prints
-    /// `SKIPPED (needs n GPUs, found N)` and is reported as **ignored**, never as passed; with none,
-    /// it is treated like every GPU test.
+    /// Adds a test that needs at least `n` GPUs. With fewer, it prints `SKIPPED (needs n GPUs, found
+    /// N)` and is reported as **ignored**, never as passed, unless `CUDA_ASYNC_REQUIRE_GPU` requires
+    /// at least `n` GPUs: then it fails (see [`decide`]).
     pub fn gpus(&mut self, n: usize, name: &str, f: fn() -> TestResult) -> &mut Self {
         let shared = move || {
             let _others_may_run = ALONE.read().unwrap_or_else(|p| p.into_inner());
@@ -91,27 +196,34 @@ impl Suite {
         if args.test_threads.is_none() && std::env::var_os("RUST_TEST_THREADS").is_none() {
             args.test_threads = Some(1);
         }
-        let status = gpu_status();
-        let require = std::env::var("CUDA_ASYNC_REQUIRE_GPU").is_ok_and(|v| v == "1");
+        let detected = Detected::detect();
+        let require = std::env::var(REQUIRE_GPU_VAR).ok();
+        let mut ignored = 0;
+        let mut failed = 0;
         let trials = self
             .trials
             .into_iter()
             .zip(self.needs)
-            .map(|(t, need)| match (&status, t.kind() == "gpu") {
-                (Err(why), true) if require => {
-                    let why = format!("CUDA_ASYNC_REQUIRE_GPU=1 but no GPU is usable: {why}");
-                    Trial::test(t.name().to_string(), move || Err(why.into())).with_kind("gpu")
-                }
-                (Err(_), true) => t.with_ignored_flag(true),
-                (Ok(found), true) if *found < need => {
-                    eprintln!("{}: SKIPPED (needs {need} GPUs, found {found})", t.name());
+            .map(|(t, need)| match decide(require.as_deref(), &detected, need) {
+                Verdict::Run => t,
+                Verdict::Ignore(why) => {
+                    ignored += 1;
+                    if detected.count() > 0 {
+                        eprintln!("{}: SKIPPED ({why})", t.name());
+                    }
                     t.with_ignored_flag(true)
                 }
-                _ => t,
+                Verdict::Fail(why) => {
+                    failed += 1;
+                    Trial::test(t.name().to_string(), move || Err(why.into())).with_kind("gpu")
+                }
             })
             .collect();
-        if let Err(why) = &status {
-            eprintln!("note: GPU tests {}: {why}", if require { "fail" } else { "ignored" });
+        match &detected {
+            Detected::Gpus(_) => {}
+            Detected::Absent(why) | Detected::Broken(why) => {
+                eprintln!("note: {failed} GPU test(s) fail and {ignored} are ignored: {why}")
+            }
         }
         libtest_mimic::run(&args, trials).exit()
     }
@@ -165,5 +277,125 @@ pub fn ensure(cond: bool, msg: impl std::fmt::Display) -> TestResult {
         Ok(())
     } else {
         Err(msg.to_string().into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cuda_core::Error;
+
+    fn absent() -> Detected {
+        Detected::Absent("no CUDA device found".into())
+    }
+
+    fn is_fail(v: &Verdict) -> bool {
+        matches!(v, Verdict::Fail(_))
+    }
+
+    fn is_ignore(v: &Verdict) -> bool {
+        matches!(v, Verdict::Ignore(_))
+    }
+
+    #[test]
+    fn only_no_driver_and_no_device_classify_as_absent() {
+        let no_driver = Error::NoDriver { library: "libcuda.so", searched: "libcuda.so.1".into() };
+        assert!(matches!(Detected::classify(Err(no_driver)), Detected::Absent(_)));
+        let no_device = Error::NoDevice { reason: "none".into() };
+        assert!(matches!(Detected::classify(Err(no_device)), Detected::Absent(_)));
+        assert!(matches!(Detected::classify(Ok(0)), Detected::Absent(_)));
+        assert_eq!(Detected::classify(Ok(2)), Detected::Gpus(2));
+        let unknown = Error::Driver {
+            name: "CUDA_ERROR_UNKNOWN",
+            code: 999,
+            description: "unknown error",
+            during: "initialising the driver",
+        };
+        match Detected::classify(Err(unknown)) {
+            Detected::Broken(why) => assert!(why.contains("CUDA_ERROR_UNKNOWN"), "{why}"),
+            other => panic!("a cuInit failure must be Broken, got {other:?}"),
+        }
+        let other = Error::InvalidDevice { ordinal: 3, count: 1 };
+        assert!(matches!(Detected::classify(Err(other)), Detected::Broken(_)));
+    }
+
+    #[test]
+    fn required_gpus_parses_counts_and_reads_other_values_as_one() {
+        assert_eq!(required_gpus(None), 0);
+        assert_eq!(required_gpus(Some("")), 0);
+        assert_eq!(required_gpus(Some("  ")), 0);
+        assert_eq!(required_gpus(Some("0")), 0);
+        assert_eq!(required_gpus(Some("1")), 1);
+        assert_eq!(required_gpus(Some("2")), 2);
+        assert_eq!(required_gpus(Some(" 4 ")), 4);
+        for v in ["yes", "true", "on", "-1", "1.5", "two"] {
+            assert_eq!(required_gpus(Some(v)), 1, "{v}");
+        }
+    }
+
+    #[test]
+    fn cpu_tests_always_run() {
+        for env in [None, Some("1"), Some("8")] {
+            for d in [absent(), Detected::Broken("x".into()), Detected::Gpus(1)] {
+                assert_eq!(decide(env, &d, 0), Verdict::Run);
+            }
+        }
+    }
+
+    #[test]
+    fn missing_gpu_is_ignored_unless_required() {
+        assert!(is_ignore(&decide(None, &absent(), 1)));
+        assert!(is_ignore(&decide(Some(""), &absent(), 1)));
+        assert!(is_ignore(&decide(Some("0"), &absent(), 2)));
+        let v = decide(Some("1"), &absent(), 1);
+        assert!(is_fail(&v), "{v:?}");
+        if let Verdict::Fail(why) = v {
+            assert!(why.contains("CUDA_ASYNC_REQUIRE_GPU=1") && why.contains("no CUDA device"), "{why}");
+        }
+        assert!(is_fail(&decide(Some("yes"), &absent(), 1)));
+        assert!(is_fail(&decide(Some("true"), &absent(), 1)));
+    }
+
+    #[test]
+    fn broken_driver_fails_every_gpu_test_whatever_the_variable() {
+        let broken = Detected::Broken("CUDA_ERROR_UNKNOWN (999) while initialising".into());
+        for env in [None, Some(""), Some("0"), Some("1"), Some("2")] {
+            for need in [1, 2, 8] {
+                let v = decide(env, &broken, need);
+                match v {
+                    Verdict::Fail(why) => assert!(why.contains("CUDA_ERROR_UNKNOWN"), "{why}"),
+                    other => panic!("{env:?} need {need}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn enough_gpus_run() {
+        for env in [None, Some("1"), Some("2"), Some("yes")] {
+            assert_eq!(decide(env, &Detected::Gpus(1), 1), Verdict::Run);
+            assert_eq!(decide(env, &Detected::Gpus(2), 2), Verdict::Run);
+            assert_eq!(decide(env, &Detected::Gpus(4), 2), Verdict::Run);
+        }
+    }
+
+    #[test]
+    fn multi_gpu_tests_follow_the_required_count() {
+        let one = Detected::Gpus(1);
+        // Not required: too few GPUs is ignored, with the counts.
+        match decide(None, &one, 2) {
+            Verdict::Ignore(why) => assert!(why.contains("needs 2 GPUs, found 1"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // =1 keeps today's meaning: a two-GPU test on a one-GPU machine is ignored.
+        assert!(is_ignore(&decide(Some("1"), &one, 2)));
+        assert!(is_ignore(&decide(Some("yes"), &one, 2)));
+        // =2 requires two GPUs: it fails on one, and on none.
+        assert!(is_fail(&decide(Some("2"), &one, 2)));
+        assert!(is_fail(&decide(Some("2"), &absent(), 2)));
+        assert!(is_fail(&decide(Some("2"), &absent(), 1)));
+        // A test needing more than required and than present stays ignored.
+        assert!(is_ignore(&decide(Some("2"), &Detected::Gpus(2), 4)));
+        assert!(is_ignore(&decide(Some("2"), &absent(), 3)));
     }
 }

@@ -22,7 +22,8 @@ use std::ffi::c_void;
 const SET_CONDITIONAL_FATBIN: &[u8] = include_bytes!("../../cuda/set_conditional.fatbin");
 
 /// IF runs its body once when the condition is non-zero; WHILE runs it as long as the condition
-/// is non-zero when checked (before each iteration).
+/// is non-zero when checked (before each iteration), with no iteration cap: a WHILE body that
+/// never clears its condition loops forever (see [`GraphBody::add_while`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConditionalKind {
     /// Run the body once if the condition is set.
@@ -216,6 +217,16 @@ impl<'g> GraphBody<'g> {
     /// # Ok(()) }
     /// ```
     /// [`GraphBody::add_conditional`] with [`ConditionalKind::While`].
+    ///
+    /// # Termination is the caller's
+    /// The body runs for as long as the condition is non-zero when checked. A WHILE node whose
+    /// body never clears its condition (no `add_set_conditional` that can write 0, or a flag that
+    /// never becomes 0) runs forever, like `loop {}` in Rust: a replay never completes, so a
+    /// `launch` followed by a synchronisation, or an await of the replay, never returns. The library
+    /// does not cap the number of iterations (a cap would silently change what the graph
+    /// computes) and cannot detect such a loop; it is a hang the caller writes, not one the
+    /// library causes (see the README's promise). It is not undefined behaviour: memory stays
+    /// sound, and the process can still be ended.
     pub fn add_while<E: From<Error>>(
         &mut self,
         cond: &Conditional,

@@ -5,6 +5,17 @@
 //! payload; a truncated, corrupt or unreadable entry is ignored and recompiled (and rewritten),
 //! never a crash. Writes go to a temporary file that is renamed into place, so concurrent
 //! processes never see half-written entries.
+//!
+//! # Trust boundary
+//! An entry read from disk is loaded as a module and its kernels run on the GPU in this process.
+//! So **whoever can write the cache folder can run code on the GPU in every process that uses
+//! it**: the folder must be as trusted as the binary itself. The payload checksum guards against
+//! truncation and corruption only, not against a malicious writer (who can write a matching
+//! checksum). On Unix the cache therefore refuses, with a warning on stderr (once per cache), and
+//! compiles instead of reading, a folder or an entry that is owned by another user or that is
+//! group- or world-writable; it creates its folders `0700` and its entries `0600`. Only the folder
+//! and its entries are checked, not the folders above it: keep the cache under a directory only
+//! you can write (the default, `~/.cache`, is). Elsewhere no such check is made.
 
 use super::compile::{compile_cubin, nvrtc_version};
 use crate::device::Device;
@@ -12,6 +23,7 @@ use crate::error::Result;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 const MAGIC: &[u8; 8] = b"CUASYNC1";
@@ -39,6 +51,9 @@ pub struct CompiledKernel {
 /// A kernel cache. [`KernelCache::global`] is the process-wide one; separate instances are useful
 /// in tests or to pick another folder.
 ///
+/// Its folder must be as trusted as the binary: whoever can write it can run code on the GPU in
+/// the processes that use it (see the [module docs](self) for the checks made on Unix).
+///
 /// ```no_run
 /// # fn main() -> cuda_core::Result<()> {
 /// use cuda_core::nvrtc::{CacheOrigin, KernelCache};
@@ -55,10 +70,13 @@ pub struct CompiledKernel {
 pub struct KernelCache {
     dir: Option<PathBuf>,
     memory: Mutex<HashMap<[u8; 32], Arc<Vec<u8>>>>,
+    /// Whether an untrusted folder or entry was reported already.
+    warned: AtomicBool,
 }
 
 impl KernelCache {
-    /// A cache keeping entries in `dir` (created on demand) and in memory.
+    /// A cache keeping entries in `dir` (created on demand, `0700` on Unix) and in memory. `dir`
+    /// must be as trusted as the binary (see the [module docs](self)).
     ///
     /// ```
     /// use cuda_core::nvrtc::KernelCache;
@@ -67,12 +85,16 @@ impl KernelCache {
     /// assert_eq!(KernelCache::memory_only().dir(), None);
     /// ```
     pub fn with_dir(dir: impl Into<PathBuf>) -> KernelCache {
-        KernelCache { dir: Some(dir.into()), memory: Mutex::new(HashMap::new()) }
+        KernelCache {
+            dir: Some(dir.into()),
+            memory: Mutex::new(HashMap::new()),
+            warned: AtomicBool::new(false),
+        }
     }
 
     /// A cache that keeps entries in memory only.
     pub fn memory_only() -> KernelCache {
-        KernelCache { dir: None, memory: Mutex::new(HashMap::new()) }
+        KernelCache { dir: None, memory: Mutex::new(HashMap::new()), warned: AtomicBool::new(false) }
     }
 
     /// The default folder: `$CUDA_ASYNC_CACHE_DIR`, else `$XDG_CACHE_HOME/cuda-async/kernels`, else
@@ -91,7 +113,11 @@ impl KernelCache {
     /// The process-wide cache, in [`KernelCache::default_dir`].
     pub fn global() -> &'static KernelCache {
         static G: OnceLock<KernelCache> = OnceLock::new();
-        G.get_or_init(|| KernelCache { dir: Self::default_dir(), memory: Mutex::new(HashMap::new()) })
+        G.get_or_init(|| KernelCache {
+            dir: Self::default_dir(),
+            memory: Mutex::new(HashMap::new()),
+            warned: AtomicBool::new(false),
+        })
     }
 
     /// The disk folder, if any.
@@ -127,13 +153,22 @@ impl KernelCache {
             return Ok(CompiledKernel { image: img.clone(), origin: CacheOrigin::Memory });
         }
         let path = self.entry_path(&key);
-        let (image, origin) = match path.as_deref().and_then(read_entry) {
-            Some(img) => (Arc::new(img), CacheOrigin::Disk),
-            None => {
+        let entry = path.as_deref().map_or(Entry::Miss, read_entry);
+        let (image, origin) = match entry {
+            Entry::Hit(img) => (Arc::new(img), CacheOrigin::Disk),
+            Entry::Miss | Entry::Untrusted(_) => {
                 let img = Arc::new(compile_cubin(program, source, &arch, options)?);
-                if let Some(p) = &path {
+                match (&entry, &path) {
+                    (Entry::Untrusted(why), _) if !self.warned.swap(true, Ordering::Relaxed) => {
+                        eprintln!(
+                            "cuda-core: warning: not using the kernel cache: {why}; compiling instead \
+                             (whoever can write the cache can run code on the GPU in this process)"
+                        );
+                    }
+                    (Entry::Untrusted(_), _) => {}
                     // A cache that cannot be written only costs a recompile next time.
-                    let _ = write_entry(p, &img);
+                    (_, Some(p)) => drop(write_entry(p, &img)),
+                    _ => {}
                 }
                 (img, CacheOrigin::Compiled)
             }
@@ -162,26 +197,93 @@ fn key(source: &str, options: &[String], arch: &str) -> Result<[u8; 32]> {
     Ok(h.finalize().into())
 }
 
-fn read_entry(path: &Path) -> Option<Vec<u8>> {
-    let data = std::fs::read(path).ok()?;
+/// What the disk holds for a key.
+#[derive(Debug, PartialEq, Eq)]
+enum Entry {
+    /// A valid entry's payload.
+    Hit(Vec<u8>),
+    /// No entry, or a truncated, corrupt or unreadable one.
+    Miss,
+    /// The folder or the entry is not trusted (owner or permissions), for this reason.
+    Untrusted(String),
+}
+
+/// Why a folder or file owned by `uid` with permission bits `mode` is not trusted by a process of
+/// effective user `euid`, if it is not: another owner, or writable by group or others.
+#[cfg_attr(not(unix), allow(dead_code))]
+fn untrusted(path: &Path, uid: u32, mode: u32, euid: u32) -> Option<String> {
+    if uid != euid {
+        Some(format!("{} is owned by uid {uid}, not by this process's user (uid {euid})", path.display()))
+    } else if mode & 0o022 != 0 {
+        Some(format!("{} is group- or world-writable (mode {:o})", path.display(), mode & 0o7777))
+    } else {
+        None
+    }
+}
+
+#[cfg(unix)]
+fn check_trust(path: &Path, meta: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    untrusted(path, meta.uid(), meta.mode(), euid)
+}
+
+#[cfg(not(unix))]
+fn check_trust(_path: &Path, _meta: &std::fs::Metadata) -> Option<String> {
+    None
+}
+
+fn read_entry(path: &Path) -> Entry {
+    use std::io::Read;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let Ok(dir_meta) = std::fs::metadata(dir) else { return Entry::Miss };
+    if let Some(why) = check_trust(dir, &dir_meta) {
+        return Entry::Untrusted(why);
+    }
+    let Ok(mut file) = std::fs::File::open(path) else { return Entry::Miss };
+    // Checked on the opened file, so the bytes read are those of the file checked.
+    let Ok(meta) = file.metadata() else { return Entry::Miss };
+    if let Some(why) = check_trust(path, &meta) {
+        return Entry::Untrusted(why);
+    }
+    let mut data = Vec::new();
+    if file.read_to_end(&mut data).is_err() {
+        return Entry::Miss;
+    }
     let header = MAGIC.len() + 32;
     if data.len() <= header || &data[..MAGIC.len()] != MAGIC {
-        return None;
+        return Entry::Miss;
     }
     let payload = &data[header..];
     let digest: [u8; 32] = Sha256::digest(payload).into();
-    (digest[..] == data[MAGIC.len()..header]).then(|| payload.to_vec())
+    if digest[..] == data[MAGIC.len()..header] {
+        Entry::Hit(payload.to_vec())
+    } else {
+        Entry::Miss
+    }
 }
 
 fn write_entry(path: &Path, image: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)?;
     let tmp = dir.join(format!(".tmp-{}-{:?}", std::process::id(), std::thread::current().id()));
     let mut data = Vec::with_capacity(MAGIC.len() + 32 + image.len());
     data.extend_from_slice(MAGIC);
     data.extend_from_slice(&Sha256::digest(image));
     data.extend_from_slice(image);
-    std::fs::write(&tmp, &data)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    // A leftover of a crashed write would keep its old permissions: start afresh.
+    let _ = std::fs::remove_file(&tmp);
+    options.open(&tmp)?.write_all(&data)?;
     std::fs::rename(&tmp, path)
 }
 
@@ -189,21 +291,76 @@ fn write_entry(path: &Path, image: &[u8]) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("cuda-core-cache-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
     #[test]
     fn entries_round_trip_and_corruption_is_rejected() {
-        let dir = std::env::temp_dir().join(format!("cuda-core-cache-test-{}", std::process::id()));
+        let dir = temp("corrupt");
         let p = dir.join("x.cubin");
         write_entry(&p, b"hello cubin").unwrap();
-        assert_eq!(read_entry(&p).as_deref(), Some(&b"hello cubin"[..]));
+        assert_eq!(read_entry(&p), Entry::Hit(b"hello cubin".to_vec()));
         let mut data = std::fs::read(&p).unwrap();
         let last = data.len() - 1;
         data[last] ^= 0xff;
         std::fs::write(&p, &data).unwrap();
-        assert_eq!(read_entry(&p), None, "flipped byte must be detected");
+        assert_eq!(read_entry(&p), Entry::Miss, "flipped byte must be detected");
         std::fs::write(&p, &data[..10]).unwrap();
-        assert_eq!(read_entry(&p), None, "truncated entry must be detected");
+        assert_eq!(read_entry(&p), Entry::Miss, "truncated entry must be detected");
         std::fs::write(&p, b"").unwrap();
-        assert_eq!(read_entry(&p), None);
+        assert_eq!(read_entry(&p), Entry::Miss);
+        assert_eq!(read_entry(&dir.join("absent.cubin")), Entry::Miss);
+        assert_eq!(read_entry(&dir.join("no-such-dir/absent.cubin")), Entry::Miss);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn trust_rule_refuses_other_owners_and_shared_write() {
+        let p = Path::new("/c/x.cubin");
+        assert_eq!(untrusted(p, 1000, 0o100600, 1000), None);
+        assert_eq!(untrusted(p, 1000, 0o40700, 1000), None);
+        assert_eq!(untrusted(p, 1000, 0o40755, 1000), None, "readable by others is fine");
+        let other = untrusted(p, 0, 0o40700, 1000).unwrap();
+        assert!(other.contains("owned by uid 0") && other.contains("1000"), "{other}");
+        assert!(untrusted(p, 1000, 0o40700, 0).is_some(), "root does not trust a user's folder");
+        for mode in [0o40770, 0o40707, 0o40777, 0o100620, 0o100602, 0o41777] {
+            let why = untrusted(p, 1000, mode, 1000).unwrap_or_else(|| panic!("{mode:o}"));
+            assert!(why.contains("writable"), "{why}");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn untrusted_folders_and_entries_are_not_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let set = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        let dir = temp("trust");
+        let p = dir.join("x.cubin");
+        write_entry(&p, b"cubin").unwrap();
+        // Created private, whatever the umask.
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&p), 0o600);
+        assert_eq!(read_entry(&p), Entry::Hit(b"cubin".to_vec()));
+        for m in [0o770, 0o777, 0o1777, 0o720] {
+            set(&dir, m);
+            assert!(matches!(read_entry(&p), Entry::Untrusted(ref w) if w.contains("writable")), "dir {m:o}");
+        }
+        set(&dir, 0o755);
+        assert_eq!(read_entry(&p), Entry::Hit(b"cubin".to_vec()));
+        for m in [0o620, 0o602, 0o666] {
+            set(&p, m);
+            assert!(matches!(read_entry(&p), Entry::Untrusted(_)), "file {m:o}");
+        }
+        set(&p, 0o644);
+        assert_eq!(read_entry(&p), Entry::Hit(b"cubin".to_vec()));
+        // A rewrite of an entry gives it private permissions again.
+        write_entry(&p, b"cubin 2").unwrap();
+        assert_eq!(mode(&p), 0o600);
+        assert_eq!(read_entry(&p), Entry::Hit(b"cubin 2".to_vec()));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -198,10 +198,34 @@ impl LlamaConfig {
                 self.head_dim
             )));
         }
-        let big =
-            [self.vocab * self.hidden, self.intermediate * self.hidden * 2, self.qkv_dim() * self.hidden];
-        if big.iter().any(|&n| n > u32::MAX as usize) {
-            return Err(bad("config: a weight matrix exceeds 2^32 elements".into()));
+        // Every size derived from the dimensions, with checked arithmetic: a configuration whose
+        // sizes overflow `usize` is refused here, so nothing later computes them wrapped.
+        let overflow = |what: &str| bad(format!("config {self:?}: {what} overflows usize"));
+        let qkv = self.checked_qkv_dim().ok_or_else(|| overflow("(heads + 2 * kv_heads) * head_dim"))?;
+        let attn = self.checked_attn_dim().ok_or_else(|| overflow("heads * head_dim"))?;
+        let matrices = [
+            ("the embedding (vocab x hidden)", self.vocab.checked_mul(self.hidden)),
+            (
+                "the gate/up projection (2 x intermediate x hidden)",
+                self.intermediate.checked_mul(self.hidden).and_then(|n| n.checked_mul(2)),
+            ),
+            ("the q/k/v projection (qkv_dim x hidden)", qkv.checked_mul(self.hidden)),
+            ("the output projection (hidden x heads * head_dim)", attn.checked_mul(self.hidden)),
+        ];
+        for (what, n) in matrices {
+            match n {
+                None => return Err(overflow(what)),
+                Some(n) if n > u32::MAX as usize => {
+                    return Err(bad(format!("config: {what} has {n} elements, more than 2^32")))
+                }
+                Some(_) => {}
+            }
+        }
+        if self.checked_step_weight_bytes().is_none() {
+            return Err(overflow("the weights' size in bytes (layers x per-layer parameters)"));
+        }
+        if self.checked_kv_bytes(1).is_none() {
+            return Err(overflow("the KV cache's bytes per position (4 x layers x kv_heads x head_dim)"));
         }
         if !(self.rms_eps > 0.0 && self.rope_theta > 0.0) {
             return Err(bad("config: rms_norm_eps and rope_theta must be positive".into()));
@@ -209,39 +233,83 @@ impl LlamaConfig {
         Ok(())
     }
 
-    /// Rows of the stacked q/k/v projection: `(heads + 2 * kv_heads) * head_dim`.
+    /// Rows of the stacked q/k/v projection: `(heads + 2 * kv_heads) * head_dim` (saturating at
+    /// `usize::MAX` for a configuration that [`LlamaConfig::validate`] refuses).
     pub fn qkv_dim(&self) -> usize {
-        (self.heads + 2 * self.kv_heads) * self.head_dim
+        self.checked_qkv_dim().unwrap_or(usize::MAX)
     }
 
-    /// Width of the attention output: `heads * head_dim`.
+    /// Width of the attention output: `heads * head_dim` (saturating, as [`LlamaConfig::qkv_dim`]).
     pub fn attn_dim(&self) -> usize {
-        self.heads * self.head_dim
+        self.checked_attn_dim().unwrap_or(usize::MAX)
     }
 
-    /// Parameters (embeddings counted once when tied).
+    /// Parameters (embeddings counted once when tied; saturating at `usize::MAX` for a
+    /// configuration that [`LlamaConfig::validate`] refuses).
     pub fn parameters(&self) -> usize {
-        let per_layer = self.qkv_dim() * self.hidden
-            + self.hidden * self.attn_dim()
-            + 3 * self.intermediate * self.hidden
-            + 2 * self.hidden;
-        let head = if self.tie_embeddings { 0 } else { self.vocab * self.hidden };
-        self.vocab * self.hidden + self.layers * per_layer + self.hidden + head
+        self.checked_parameters().unwrap_or(usize::MAX)
     }
 
     /// Bytes of weights one decode step reads (bf16): everything but the embedding table, which
     /// is read again in full as the output projection when tied (one row per token otherwise).
+    /// Saturates at `usize::MAX` for a configuration that [`LlamaConfig::validate`] refuses.
     pub fn step_weight_bytes(&self) -> usize {
-        let per_layer = self.qkv_dim() * self.hidden
-            + self.hidden * self.attn_dim()
-            + 3 * self.intermediate * self.hidden
-            + 2 * self.hidden;
-        2 * (self.layers * per_layer + self.hidden + self.vocab * self.hidden)
+        self.checked_step_weight_bytes().unwrap_or(usize::MAX)
     }
 
-    /// Bytes of key/value cache one decode step reads for a sequence at `len` positions.
+    /// Bytes of key/value cache one decode step reads for a sequence at `len` positions
+    /// (saturating at `usize::MAX`).
     pub fn kv_bytes(&self, len: usize) -> usize {
-        2 * 2 * self.layers * self.kv_heads * self.head_dim * len
+        self.checked_kv_bytes(len).unwrap_or(usize::MAX)
+    }
+
+    /// [`LlamaConfig::qkv_dim`], `None` on overflow.
+    pub fn checked_qkv_dim(&self) -> Option<usize> {
+        self.kv_heads.checked_mul(2)?.checked_add(self.heads)?.checked_mul(self.head_dim)
+    }
+
+    /// [`LlamaConfig::attn_dim`], `None` on overflow.
+    pub fn checked_attn_dim(&self) -> Option<usize> {
+        self.heads.checked_mul(self.head_dim)
+    }
+
+    /// Parameters of one decoder layer, `None` on overflow.
+    fn checked_per_layer(&self) -> Option<usize> {
+        let h = self.hidden;
+        self.checked_qkv_dim()?
+            .checked_mul(h)?
+            .checked_add(self.checked_attn_dim()?.checked_mul(h)?)?
+            .checked_add(self.intermediate.checked_mul(h)?.checked_mul(3)?)?
+            .checked_add(h.checked_mul(2)?)
+    }
+
+    /// [`LlamaConfig::parameters`], `None` on overflow.
+    pub fn checked_parameters(&self) -> Option<usize> {
+        let embed = self.vocab.checked_mul(self.hidden)?;
+        let head = if self.tie_embeddings { 0 } else { embed };
+        self.layers
+            .checked_mul(self.checked_per_layer()?)?
+            .checked_add(embed)?
+            .checked_add(self.hidden)?
+            .checked_add(head)
+    }
+
+    /// [`LlamaConfig::step_weight_bytes`], `None` on overflow.
+    pub fn checked_step_weight_bytes(&self) -> Option<usize> {
+        self.layers
+            .checked_mul(self.checked_per_layer()?)?
+            .checked_add(self.hidden)?
+            .checked_add(self.vocab.checked_mul(self.hidden)?)?
+            .checked_mul(2)
+    }
+
+    /// [`LlamaConfig::kv_bytes`], `None` on overflow.
+    pub fn checked_kv_bytes(&self, len: usize) -> Option<usize> {
+        4usize
+            .checked_mul(self.layers)?
+            .checked_mul(self.kv_heads)?
+            .checked_mul(self.head_dim)?
+            .checked_mul(len)
     }
 
     /// The rotary inverse frequencies (`head_dim / 2` of them), as Hugging Face computes them

@@ -15,4 +15,6 @@ mod weights;
 pub use config::{Llama3Rope, LlamaConfig};
 pub use model::{BucketInfo, LlamaModel, ModelOptions, Row};
 pub use step::{KvCache, StepBuffers};
-pub use weights::{write_random_safetensors, DeviceWeights, HostWeights, Layer, LoadError, Weights};
+pub use weights::{
+    write_random_safetensors, DeviceWeights, Elements, HostWeights, Layer, LoadError, Weights,
+};

@@ -158,7 +158,10 @@ impl LlamaModel {
     ///
     /// # Errors
     /// Invalid options (no slots, no positions, no buckets, a bucket of 0) or configuration;
-    /// [`cuda_core::Error::LibraryMissing`] without cuBLAS; allocation and compilation errors.
+    /// weights that do not match the configuration ([`DeviceWeights::check`]: another number of
+    /// layers, a weight of another size, `lm_head` against `tie_embeddings`), as
+    /// [`DeviceError::Shape`]; [`cuda_core::Error::LibraryMissing`] without cuBLAS; allocation and
+    /// compilation errors.
     pub fn new(
         stream: &Stream,
         cfg: LlamaConfig,
@@ -166,6 +169,10 @@ impl LlamaModel {
         mut opts: ModelOptions,
     ) -> Result<LlamaModel> {
         cfg.validate()?;
+        weights.check(&cfg).map_err(|e| match e {
+            super::weights::LoadError::Config(e) => e,
+            e => DeviceError::shape("LlamaModel::new", e.to_string()),
+        })?;
         opts.buckets.sort_unstable();
         opts.buckets.dedup();
         if opts.slots == 0 || opts.max_seq == 0 || opts.buckets.is_empty() || opts.buckets[0] == 0 {
@@ -263,14 +270,27 @@ impl LlamaModel {
         })
     }
 
+    /// The bytes a bucket of `batch` rows will take (saturating: only compared with the budget).
     fn estimate_bytes(&self, batch: usize) -> usize {
         let c = &self.cfg;
-        2 * batch * (2 * c.hidden + c.qkv_dim() + c.attn_dim() + 3 * c.intermediate)
-            + 4 * batch * (c.vocab + 4)
-            + 8 * batch * kernels::llama::ARGMAX_SPLIT
-            + 4 * batch
-                * c.kv_heads
-                * (kernels::llama::ATTN_SPLITS * (c.heads / c.kv_heads) * (c.head_dim + 2) + 1)
+        let group = c.heads / c.kv_heads;
+        let activations = [c.hidden, c.hidden, c.qkv_dim(), c.attn_dim(), c.intermediate.saturating_mul(3)]
+            .into_iter()
+            .fold(0usize, usize::saturating_add);
+        let partials = kernels::llama::ATTN_SPLITS
+            .saturating_mul(group)
+            .saturating_mul(c.head_dim.saturating_add(2))
+            .saturating_add(1)
+            .saturating_mul(c.kv_heads);
+        [
+            activations.saturating_mul(2),
+            c.vocab.saturating_add(4).saturating_mul(4),
+            kernels::llama::ARGMAX_SPLIT.saturating_mul(8),
+            partials.saturating_mul(4),
+        ]
+        .into_iter()
+        .fold(0usize, usize::saturating_add)
+        .saturating_mul(batch)
     }
 
     /// Captures every bucket now (up to the budget), so that no step pays for a capture.

@@ -28,7 +28,9 @@ impl KvCache {
         max_seq: usize,
     ) -> cuda_core::Result<KvCache> {
         let len = slots
-            .checked_mul(cfg.kv_heads * max_seq * cfg.head_dim)
+            .checked_mul(cfg.kv_heads)
+            .and_then(|n| n.checked_mul(max_seq))
+            .and_then(|n| n.checked_mul(cfg.head_dim))
             .filter(|&n| n <= u32::MAX as usize * 4)
             .ok_or_else(|| {
                 cuda_core::Error::InvalidArgument(format!(
@@ -75,30 +77,39 @@ pub struct StepBuffers {
 impl StepBuffers {
     /// Buffers for `batch` rows, every row inactive.
     pub(crate) fn new(stream: &Stream, cfg: &LlamaConfig, batch: usize) -> cuda_core::Result<StepBuffers> {
-        let z = |n: usize| DeviceBuffer::<bf16>::zeros(stream, batch * n);
+        // Every length with checked arithmetic: `batch` comes from the options, unbounded.
+        let len = |per_row: Option<usize>, what: &str| {
+            per_row.and_then(|n| n.checked_mul(batch)).ok_or_else(|| {
+                cuda_core::Error::InvalidArgument(format!(
+                    "the {what} buffer of a bucket of {batch} rows overflows usize"
+                ))
+            })
+        };
+        let z = |n: usize, what: &str| DeviceBuffer::<bf16>::zeros(stream, len(Some(n), what)?);
+        let partial_per_row = cfg
+            .kv_heads
+            .checked_mul(kernels::llama::ATTN_SPLITS)
+            .and_then(|n| n.checked_mul(cfg.heads / cfg.kv_heads))
+            .and_then(|n| n.checked_mul(cfg.head_dim.checked_add(2)?));
         Ok(StepBuffers {
             batch,
             tokens: DeviceBuffer::zeros(stream, batch)?,
             slots: DeviceBuffer::filled(stream, batch, INACTIVE)?,
             positions: DeviceBuffer::zeros(stream, batch)?,
-            h: z(cfg.hidden)?,
-            xn: z(cfg.hidden)?,
-            qkv: z(cfg.qkv_dim())?,
-            attn: z(cfg.attn_dim())?,
-            gu: z(2 * cfg.intermediate)?,
-            act: z(cfg.intermediate)?,
-            logits: DeviceBuffer::zeros(stream, batch * cfg.vocab)?,
+            h: z(cfg.hidden, "hidden")?,
+            xn: z(cfg.hidden, "normed hidden")?,
+            qkv: z(cfg.qkv_dim(), "q/k/v")?,
+            attn: z(cfg.attn_dim(), "attention")?,
+            gu: z(cfg.intermediate.saturating_mul(2), "gate/up")?,
+            act: z(cfg.intermediate, "activation")?,
+            logits: DeviceBuffer::zeros(stream, len(Some(cfg.vocab), "logits")?)?,
             next: DeviceBuffer::zeros(stream, batch)?,
-            argmax_scratch: DeviceBuffer::zeros(stream, batch * kernels::llama::ARGMAX_SPLIT)?,
-            attn_partial: DeviceBuffer::zeros(
+            argmax_scratch: DeviceBuffer::zeros(
                 stream,
-                batch
-                    * cfg.kv_heads
-                    * kernels::llama::ATTN_SPLITS
-                    * (cfg.heads / cfg.kv_heads)
-                    * (cfg.head_dim + 2),
+                len(Some(kernels::llama::ARGMAX_SPLIT), "argmax scratch")?,
             )?,
-            attn_counters: DeviceBuffer::zeros(stream, batch * cfg.kv_heads)?,
+            attn_partial: DeviceBuffer::zeros(stream, len(partial_per_row, "attention partials")?)?,
+            attn_counters: DeviceBuffer::zeros(stream, len(Some(cfg.kv_heads), "attention counters")?)?,
         })
     }
 

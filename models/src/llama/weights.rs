@@ -51,9 +51,104 @@ pub enum LoadError {
         /// Its type in the file.
         dtype: String,
     },
+    /// The weights have another number of decoder layers than the configuration's
+    /// `num_hidden_layers`.
+    #[error("the weights have {weights} decoder layers, the configuration's num_hidden_layers is {config}")]
+    LayerCount {
+        /// `num_hidden_layers` of the configuration.
+        config: usize,
+        /// Decoder layers in the weights (in a file: one more than the highest `model.layers.{i}`).
+        weights: usize,
+    },
+    /// A weight has another number of elements than the configuration implies.
+    #[error("weight `{name}` has {actual} elements, the configuration needs {expected}")]
+    Elements {
+        /// The weight (e.g. `layers[3].wqkv`).
+        name: String,
+        /// The number the configuration implies.
+        expected: usize,
+        /// The number it has.
+        actual: usize,
+    },
+    /// `lm_head` is present although the configuration ties the embeddings, or absent although
+    /// it does not.
+    #[error("the configuration has tie_word_embeddings = {tied}, but the weights {}", if *tied { "have an lm_head" } else { "have no lm_head" })]
+    OutputHead {
+        /// `tie_word_embeddings` of the configuration.
+        tied: bool,
+    },
     /// The configuration itself is invalid.
     #[error(transparent)]
     Config(#[from] cuda_async::DeviceError),
+}
+
+/// A weight whose number of elements can be checked against a configuration
+/// ([`Weights::check`]).
+pub trait Elements {
+    /// The number of elements.
+    fn elements(&self) -> usize;
+}
+
+impl<T> Elements for Vec<T> {
+    fn elements(&self) -> usize {
+        self.len()
+    }
+}
+
+impl<T: cuda_core::DeviceRepr> Elements for DeviceBuffer<T> {
+    fn elements(&self) -> usize {
+        self.len()
+    }
+}
+
+/// A bare element count (for checking shapes without data).
+impl Elements for usize {
+    fn elements(&self) -> usize {
+        *self
+    }
+}
+
+impl<B: Elements> Weights<B> {
+    /// Checks the weights against `config`: as many layers as `num_hidden_layers`, every weight
+    /// with the number of elements the configuration implies, and `lm_head` present exactly when
+    /// the embeddings are not tied. [`super::LlamaModel::new`] calls it, so that weights that do
+    /// not match their configuration are refused before any step indexes them.
+    ///
+    /// # Errors
+    /// [`LoadError::Config`] for an invalid configuration, [`LoadError::LayerCount`],
+    /// [`LoadError::Elements`] or [`LoadError::OutputHead`] naming the first mismatch.
+    pub fn check(&self, config: &LlamaConfig) -> Result<(), LoadError> {
+        config.validate()?;
+        let c = config;
+        if self.layers.len() != c.layers {
+            return Err(LoadError::LayerCount { config: c.layers, weights: self.layers.len() });
+        }
+        // Validated: none of these products overflows.
+        let h = c.hidden;
+        let want = |name: String, b: &B, expected: usize| {
+            let actual = b.elements();
+            if actual == expected {
+                Ok(())
+            } else {
+                Err(LoadError::Elements { name, expected, actual })
+            }
+        };
+        want("embed".into(), &self.embed, c.vocab * h)?;
+        for (i, l) in self.layers.iter().enumerate() {
+            want(format!("layers[{i}].attn_norm"), &l.attn_norm, h)?;
+            want(format!("layers[{i}].wqkv"), &l.wqkv, c.qkv_dim() * h)?;
+            want(format!("layers[{i}].wo"), &l.wo, h * c.attn_dim())?;
+            want(format!("layers[{i}].mlp_norm"), &l.mlp_norm, h)?;
+            want(format!("layers[{i}].w_gate_up"), &l.w_gate_up, 2 * c.intermediate * h)?;
+            want(format!("layers[{i}].w_down"), &l.w_down, h * c.intermediate)?;
+        }
+        want("final_norm".into(), &self.final_norm, h)?;
+        match (&self.lm_head, c.tie_embeddings) {
+            (Some(head), false) => want("lm_head".into(), head, c.vocab * h),
+            (None, true) => Ok(()),
+            (_, tied) => Err(LoadError::OutputHead { tied }),
+        }
+    }
 }
 
 /// The weights of one decoder layer, in the layouts the decode step uses (host or device).
@@ -132,10 +227,13 @@ impl HostWeights {
     /// Reads and checks every tensor `config` needs from a safetensors file with Hugging Face's
     /// Llama names (`model.embed_tokens.weight`, `model.layers.{i}.self_attn.q_proj.weight`, ...,
     /// `lm_head.weight` unless tied). The file is memory-mapped; bf16 is taken as is, f16 and f32
-    /// are rounded to bf16. Tensors the configuration does not use are ignored.
+    /// are rounded to bf16. Tensors the configuration does not use (e.g. `lm_head.weight` when
+    /// tied) are ignored, but decoder layers are not: the file must hold exactly
+    /// `num_hidden_layers` of them.
     ///
     /// # Errors
-    /// [`LoadError`]: the file cannot be read, is not safetensors (e.g. truncated), or a tensor is
+    /// [`LoadError`]: the file cannot be read, is not safetensors (e.g. truncated), has more or
+    /// fewer decoder layers than the configuration ([`LoadError::LayerCount`]), or a tensor is
     /// missing or has the wrong shape or type; an invalid configuration.
     pub fn from_safetensors(path: &Path, config: &LlamaConfig) -> Result<HostWeights, LoadError> {
         config.validate()?;
@@ -149,6 +247,18 @@ impl HostWeights {
             .map_err(|source| LoadError::Io { path: shown.clone(), source })?;
         let st = SafeTensors::deserialize(&map)
             .map_err(|e| LoadError::Format { path: shown, reason: e.to_string() })?;
+        // Decoder layers in the file: one more than the highest `model.layers.{i}.` index. A file
+        // with more or fewer layers than the configuration is a mismatch, not a subset to pick.
+        let in_file = st
+            .names()
+            .iter()
+            .filter_map(|n| n.strip_prefix("model.layers.")?.split('.').next()?.parse::<usize>().ok())
+            .map(|i| i.saturating_add(1))
+            .max()
+            .unwrap_or(0);
+        if in_file != config.layers {
+            return Err(LoadError::LayerCount { config: config.layers, weights: in_file });
+        }
         let f = File { st };
         let c = config;
         let (h, hd) = (c.hidden, c.head_dim);
@@ -178,12 +288,14 @@ impl HostWeights {
                 })
             })
             .collect::<Result<Vec<_>, LoadError>>()?;
-        Ok(Weights {
+        let w = Weights {
             embed: f.get("model.embed_tokens.weight", &[c.vocab, h])?,
             layers,
             final_norm: f.get("model.norm.weight", &[h])?,
             lm_head: if c.tie_embeddings { None } else { Some(f.get("lm_head.weight", &[c.vocab, h])?) },
-        })
+        };
+        w.check(c)?;
+        Ok(w)
     }
 
     /// Copies the weights to the device on `stream`.

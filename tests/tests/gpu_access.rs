@@ -127,22 +127,33 @@ fn readers_run_concurrently() -> TestResult {
     ensure(overlap(&ta, &tb), format!("the two readers did not overlap: {ta:?} vs {tb:?}"))
 }
 
-/// A fast write on a third stream, queued right after two slow readers on two other streams, waits
-/// for both: the readers see the old contents.
+/// A fast write on a third stream, queued right after two readers on two other streams, waits
+/// for both: the readers see the old contents. Twice: first the *first* reader is the slow one
+/// (80 ms; the second reads at once), then the second. A tracker that remembered only the latest
+/// reader fails the first round, one that remembered only the earliest fails the second.
+///
+/// Mutation it catches: in `AccessState::add_read` (`cuda-core/src/memory/access.rs`), replacing
+/// the per-stream list by the latest mark only (`self.reads.clear(); self.reads.push(mark)`).
 fn write_waits_for_every_reader() -> TestResult {
     let (_d, h, o) = setup()?;
     let n = 4096;
-    let xh = random_f32(&mut rng(), n);
-    let mut w = DeviceBuffer::from_host(&h, &xh)?;
-    let (mut a, mut b) = (DeviceBuffer::filled(&h, n, POISON_F32)?, DeviceBuffer::filled(&h, n, POISON_F32)?);
-    let (mut ta, mut tb) = (DeviceBuffer::<u64>::zeros(&h, 2)?, DeviceBuffer::<u64>::zeros(&h, 2)?);
-    h.synchronize()?;
-    timed_scale(&o[0], &mut a, &w, 1.0, 30 * MS, &mut ta)?;
-    timed_scale(&o[1], &mut b, &w, 1.0, 60 * MS, &mut tb)?;
-    slow_affine(&o[2], &mut w, -1.0, 5.0, 0)?; // w = 5 - w, right away unless it waits
-    ensure(a.to_vec()? == xh && b.to_vec()? == xh, "a reader saw the later write")?;
-    let want: Vec<f32> = xh.iter().map(|v| v * -1.0 + 5.0).collect();
-    ensure(w.to_vec()? == want, "the write ran exactly once after the reads")
+    for (first_ns, second_ns) in [(80 * MS, 0), (0, 80 * MS)] {
+        let xh = random_f32(&mut rng(), n);
+        let mut w = DeviceBuffer::from_host(&h, &xh)?;
+        let (mut a, mut b) =
+            (DeviceBuffer::filled(&h, n, POISON_F32)?, DeviceBuffer::filled(&h, n, POISON_F32)?);
+        let (mut ta, mut tb) = (DeviceBuffer::<u64>::zeros(&h, 2)?, DeviceBuffer::<u64>::zeros(&h, 2)?);
+        h.synchronize()?;
+        timed_scale(&o[0], &mut a, &w, 1.0, first_ns, &mut ta)?;
+        timed_scale(&o[1], &mut b, &w, 1.0, second_ns, &mut tb)?;
+        slow_affine(&o[2], &mut w, -1.0, 5.0, 0)?; // w = 5 - w, right away unless it waits
+        let which = if first_ns > 0 { "first" } else { "second" };
+        ensure(a.to_vec()? == xh, format!("slow {which} reader: the first reader saw the later write"))?;
+        ensure(b.to_vec()? == xh, format!("slow {which} reader: the second reader saw the later write"))?;
+        let want: Vec<f32> = xh.iter().map(|v| v * -1.0 + 5.0).collect();
+        ensure(w.to_vec()? == want, "the write ran exactly once after the reads")?;
+    }
+    Ok(())
 }
 
 /// A slow write on one stream, then a read on another: the read sees the written values.

@@ -14,6 +14,8 @@ allowed="$here/sanitize-allowed-api-errors.txt"
 tools=${TOOLS:-memcheck racecheck}
 if [[ $# -gt 0 ]]; then suites=("$@"); else suites=(); for t in "$B"/tests/*; do suites+=("${t##*/}"); done; fi
 export CUDA_ASYNC_REQUIRE_GPU=1
+# Tests that time a stream's destruction skip that check: the tool makes it wait for the work.
+export CUDA_ASYNC_UNDER_SANITIZER=1
 bad=0
 for s in "${suites[@]}"; do
   exe="$B/tests/$s"; [[ -x $exe ]] || exe=$(ls "$B"/tests/*"$s" 2>/dev/null | head -1)
@@ -21,9 +23,10 @@ for s in "${suites[@]}"; do
   name=${exe##*/}
   for tool in $tools; do
     log="$R/san/$name-$tool.log"
-    # application-only: the suites' own processes. gpu_completion starts one child process whose only
-    # job is a deliberate kernel trap (an await of faulted work must fail, not hang); the tool would
-    # report that trap as an error.
+    # application-only: the suites' own processes. gpu_completion starts child processes: one whose
+    # only job is a deliberate kernel trap (an await of faulted work must fail, not hang; the tool
+    # would report that trap as an error), and one for the nested await on an engine thread (killed
+    # if it hangs).
     timeout "${SAN_TIMEOUT:-900}" compute-sanitizer --tool "$tool" --report-api-errors explicit --leak-check no \
       --target-processes application-only \
       --print-limit 200 "$exe" --test-threads=1 >"$log" 2>&1

@@ -379,7 +379,7 @@ fn concurrent_ops_join_back() -> TestResult {
     )?;
     check("zip_concurrent! await", &h, &[&a, &b], t.elapsed())?;
     // join_concurrent of three, completed by sync_on.
-    let mut bufs = vec![zeros(&h)?, zeros(&h)?, zeros(&h)?];
+    let mut bufs = [zeros(&h)?, zeros(&h)?, zeros(&h)?];
     h.synchronize()?;
     let t = std::time::Instant::now();
     join_concurrent(bufs.iter_mut().enumerate().map(|(i, buf)| SpinWrite {
@@ -391,7 +391,7 @@ fn concurrent_ops_join_back() -> TestResult {
     let el = t.elapsed();
     check("join_concurrent sync_on", &h, &bufs.iter().collect::<Vec<_>>(), el)?;
     // join_concurrent, completed by .await.
-    let mut bufs = vec![zeros(&h)?, zeros(&h)?];
+    let mut bufs = [zeros(&h)?, zeros(&h)?];
     h.synchronize()?;
     let t = std::time::Instant::now();
     futures::executor::block_on(
@@ -422,7 +422,7 @@ fn concurrent_ops_fork_after_the_caller() -> TestResult {
         let x = DeviceBuffer::filled(&h, n, 0.0f32)?;
         // Homed on o[0], which stays idle: their first (foreign) use waits only for o[0].
         let mut outs =
-            vec![DeviceBuffer::filled(&o[0], n, POISON_F32)?, DeviceBuffer::filled(&o[0], n, POISON_F32)?];
+            [DeviceBuffer::filled(&o[0], n, POISON_F32)?, DeviceBuffer::filled(&o[0], n, POISON_F32)?];
         h.synchronize()?;
         o[0].synchronize()?;
         raw_slow_affine(&h, x.device_ptr(), n, 0.0, 7.0, JOIN_NS)?;

@@ -323,7 +323,7 @@ fn streams_priority_query_drop() -> TestResult {
 /// Dropping never blocks the host (what `DeviceBuffer`, `Event` and `Stream` document): while a
 /// 200 ms kernel runs, dropping a buffer it writes that is homed on another stream (its free waits
 /// for the kernel on the GPU), a buffer homed on the kernel's stream written behind it, an event
-/// recorded behind it, an unexecuted op over a buffer, a second handle of the stream, and the
+/// recorded behind it, an unexecuted op owning a buffer written behind it, a second handle of the stream, and the
 /// stream itself each return within 20 ms, and the kernel is still running after all of them.
 /// The stream's own drop is asserted only outside compute-sanitizer (which makes stream
 /// destruction wait; `scripts/sanitize.sh` sets `CUDA_ASYNC_UNDER_SANITIZER=1`): measured and
@@ -340,7 +340,7 @@ fn drops_never_block() -> TestResult {
     let mut foreign = DeviceBuffer::<f32>::zeros(&home, 1 << 16)?;
     let mut local = DeviceBuffer::<f32>::zeros(&s, 1 << 16)?;
     let x = DeviceBuffer::from_host(&s, &vec![1.0f32; 1 << 16])?;
-    let mut untouched = DeviceBuffer::<f32>::zeros(&s, 16)?;
+    let mut owned = DeviceBuffer::<f32>::zeros(&s, 1 << 16)?;
     let probe = Event::new(&d, false)?;
     s.synchronize()?;
     home.synchronize()?;
@@ -350,6 +350,7 @@ fn drops_never_block() -> TestResult {
         cuda_async::DeviceOpExt::async_on(SpinWrite { buf: &mut foreign, ns: 200_000_000, v: 1.0 }, &s)?
     };
     k.axpy(&s, 1.0f32, &x, &mut local)?;
+    k.axpy(&s, 1.0f32, &x, &mut owned)?;
     let ev = Event::new(&d, false)?;
     ev.record(&s)?;
     probe.record(&s)?;
@@ -366,8 +367,14 @@ fn drops_never_block() -> TestResult {
     timed("a buffer homed on the kernel's stream, written behind it", &mut || drop(local.take()));
     let mut ev = Some(ev);
     timed("an event recorded behind the kernel", &mut || drop(ev.take()));
-    let mut op = Some(cuda_async_tests::ops::AddScalar { buf: &mut untouched, v: 1.0 });
-    timed("an unexecuted op over a buffer", &mut || drop(op.take()));
+    let mut op = {
+        use cuda_async::DeviceOpExt;
+        Some(
+            cuda_async_tests::ops::AddScalar { buf: owned, v: 1.0 }
+                .then(|b| cuda_async_tests::ops::AddScalar { buf: b, v: 2.0 }),
+        )
+    };
+    timed("an unexecuted op owning a buffer written behind the kernel", &mut || drop(op.take()));
     let mut clone = Some(s.clone());
     timed("a second handle of the stream", &mut || drop(clone.take()));
     let mut stream = Some(s);

@@ -378,6 +378,9 @@ val!(
     u8, "u8", |v| v as u8;
 );
 
+/// A collective, rank 0's and rank 1's inputs, and what each rank must receive.
+type Case = (Collective, Vec<f64>, Vec<f64>, [Vec<f64>; 2]);
+
 /// Every collective and reduction operator over two ranks in type `T`, grouped from one thread,
 /// into poisoned outputs, against host values computed from inputs chosen so that sum, product,
 /// max and min differ (rank 0: `i % 7 + 1`, rank 1: `(3i) % 5 + 2`), gathers and reduce-scatters
@@ -398,8 +401,7 @@ fn two_rank_collectives<T: Val>(comms: &[Communicator], sa: &Stream, sb: &Stream
     if matches!(T::NAME, "f32" | "f64") {
         ops.push((ReduceOp::Avg, zip(|x, y| (x + y) / 2.0)));
     }
-    // (collective, rank 0's send, rank 1's send, what both ranks receive (per rank))
-    let mut cases: Vec<(Collective, Vec<f64>, Vec<f64>, [Vec<f64>; 2])> = Vec::new();
+    let mut cases: Vec<Case> = Vec::new();
     for (op, want) in &ops {
         cases.push((
             Collective::AllReduce(*op),

@@ -22,9 +22,10 @@ for s in "${suites[@]}"; do
   name=${exe##*/}
   for tool in $tools; do
     log="$R/san/$name-$tool.log"
-    # application-only: the suites' own processes. gpu_completion starts one child process whose only
-    # job is a deliberate kernel trap (an await of faulted work must fail, not hang); the tool would
-    # report that trap as an error.
+    # application-only: the suites' own processes. gpu_completion starts child processes: one whose
+    # only job is a deliberate kernel trap (an await of faulted work must fail, not hang; the tool
+    # would report that trap as an error), and one for the nested await on an engine thread (killed
+    # if it hangs).
     timeout "${SAN_TIMEOUT:-900}" compute-sanitizer --tool "$tool" --report-api-errors explicit --leak-check no \
       --target-processes application-only \
       --print-limit 200 "$exe" --test-threads=1 >"$log" 2>&1

@@ -8,7 +8,8 @@
 //! the start and end of each kernel. Random inputs, NaN-poisoned outputs. Ignored without a GPU;
 //! fails without one when CUDA_ASYNC_REQUIRE_GPU=1.
 
-use cuda_async::{zip, zip_concurrent, CudaGraph, DeviceOpExt};
+use cuda_async::{join_concurrent, zip, zip_concurrent, CudaGraph, DeviceOp, DeviceOpExt, ExecutionContext};
+use cuda_async_tests::graph_kernels::graph_kernels;
 use cuda_async_tests::ops::{AddScalar, SpinWrite};
 use cuda_async_tests::{ensure, random_f32, rng, Suite, TestResult, POISON_F32};
 use cuda_core::{Device, DeviceBuffer, Function, LaunchConfig, Stream};
@@ -126,22 +127,33 @@ fn readers_run_concurrently() -> TestResult {
     ensure(overlap(&ta, &tb), format!("the two readers did not overlap: {ta:?} vs {tb:?}"))
 }
 
-/// A fast write on a third stream, queued right after two slow readers on two other streams, waits
-/// for both: the readers see the old contents.
+/// A fast write on a third stream, queued right after two readers on two other streams, waits
+/// for both: the readers see the old contents. Twice: first the *first* reader is the slow one
+/// (80 ms; the second reads at once), then the second. A tracker that remembered only the latest
+/// reader fails the first round, one that remembered only the earliest fails the second.
+///
+/// Mutation it catches: in `AccessState::add_read` (`cuda-core/src/memory/access.rs`), replacing
+/// the per-stream list by the latest mark only (`self.reads.clear(); self.reads.push(mark)`).
 fn write_waits_for_every_reader() -> TestResult {
     let (_d, h, o) = setup()?;
     let n = 4096;
-    let xh = random_f32(&mut rng(), n);
-    let mut w = DeviceBuffer::from_host(&h, &xh)?;
-    let (mut a, mut b) = (DeviceBuffer::filled(&h, n, POISON_F32)?, DeviceBuffer::filled(&h, n, POISON_F32)?);
-    let (mut ta, mut tb) = (DeviceBuffer::<u64>::zeros(&h, 2)?, DeviceBuffer::<u64>::zeros(&h, 2)?);
-    h.synchronize()?;
-    timed_scale(&o[0], &mut a, &w, 1.0, 30 * MS, &mut ta)?;
-    timed_scale(&o[1], &mut b, &w, 1.0, 60 * MS, &mut tb)?;
-    slow_affine(&o[2], &mut w, -1.0, 5.0, 0)?; // w = 5 - w, right away unless it waits
-    ensure(a.to_vec()? == xh && b.to_vec()? == xh, "a reader saw the later write")?;
-    let want: Vec<f32> = xh.iter().map(|v| v * -1.0 + 5.0).collect();
-    ensure(w.to_vec()? == want, "the write ran exactly once after the reads")
+    for (first_ns, second_ns) in [(80 * MS, 0), (0, 80 * MS)] {
+        let xh = random_f32(&mut rng(), n);
+        let mut w = DeviceBuffer::from_host(&h, &xh)?;
+        let (mut a, mut b) =
+            (DeviceBuffer::filled(&h, n, POISON_F32)?, DeviceBuffer::filled(&h, n, POISON_F32)?);
+        let (mut ta, mut tb) = (DeviceBuffer::<u64>::zeros(&h, 2)?, DeviceBuffer::<u64>::zeros(&h, 2)?);
+        h.synchronize()?;
+        timed_scale(&o[0], &mut a, &w, 1.0, first_ns, &mut ta)?;
+        timed_scale(&o[1], &mut b, &w, 1.0, second_ns, &mut tb)?;
+        slow_affine(&o[2], &mut w, -1.0, 5.0, 0)?; // w = 5 - w, right away unless it waits
+        let which = if first_ns > 0 { "first" } else { "second" };
+        ensure(a.to_vec()? == xh, format!("slow {which} reader: the first reader saw the later write"))?;
+        ensure(b.to_vec()? == xh, format!("slow {which} reader: the second reader saw the later write"))?;
+        let want: Vec<f32> = xh.iter().map(|v| v * -1.0 + 5.0).collect();
+        ensure(w.to_vec()? == want, "the write ran exactly once after the reads")?;
+    }
+    Ok(())
 }
 
 /// A slow write on one stream, then a read on another: the read sees the written values.
@@ -264,6 +276,177 @@ fn zip_concurrent_overlaps() -> TestResult {
     ensure(serial.as_millis() >= 200, format!("zip! took {serial:?}: expected back to back"))
 }
 
+/// Copies `n` floats from a raw device address (invisible to access tracking: nothing orders this
+/// read after earlier writes of that memory except the stream it runs on) into `dst`.
+struct RawCopy<'a> {
+    src: u64,
+    dst: &'a mut DeviceBuffer<f32>,
+}
+
+impl DeviceOp for RawCopy<'_> {
+    type Output = ();
+    fn execute(self, ctx: &ExecutionContext<'_>) -> cuda_async::Result<()> {
+        let k = graph_kernels(ctx.device())?;
+        let n = self.dst.len();
+        // SAFETY: matches copy_raw(const float*, float*, u64); every caller passes the address of
+        // a live buffer of at least `n` floats that outlives the queued copy (the tests synchronise
+        // before dropping it); writes dst[0..n] only.
+        unsafe { k.copy_raw.launch(ctx.stream(), cfg(n), (self.src, &mut *self.dst, n as u64))? };
+        Ok(())
+    }
+}
+
+/// Queues, on `s`, a copy of the buffer at raw address `src` into `dst` (untracked read).
+fn raw_copy(s: &Stream, src: u64, dst: &mut DeviceBuffer<f32>) -> TestResult {
+    RawCopy { src, dst }.sync_on(s)?;
+    Ok(())
+}
+
+/// Queues, on `s`, `x = x * a + b` after spinning `ns`, on the buffer at raw address `x` (the
+/// write is invisible to access tracking).
+fn raw_slow_affine(s: &Stream, x: u64, n: usize, a: f32, b: f32, ns: u64) -> TestResult {
+    let f = &k(s.device())?.slow_affine;
+    // SAFETY: matches slow_affine(float*, u64, float, float, u64); the caller passes the address of
+    // a live buffer of `n` floats that outlives the kernel (the tests synchronise before dropping).
+    unsafe { f.launch(s, cfg(n), (x, n as u64, a, b, ns))? };
+    Ok(())
+}
+
+const JOIN_NS: u64 = 100 * MS;
+
+/// The join of `zip_concurrent!` and `join_concurrent` with nothing else to order it: branches
+/// spin 100 ms then write their buffers; right after the op completes on the caller's stream
+/// (`sync_on` returned, or `.await` resolved), copies *on the caller's stream* read those buffers
+/// through raw addresses, which access tracking does not see. Only the join (the caller's stream
+/// waiting for every branch) orders these copies after the branches: without it `sync_on`
+/// returns at once and the copies read the old zeros while the branches still spin. The op must
+/// also take about one spin, not several (the branches really ran on other streams; if they ran
+/// inline on the caller's stream the join would order nothing and this test would prove nothing).
+///
+/// Mutation it catches: `Fork::join` in `cuda-async/src/combinators/concurrent.rs` returning
+/// `Ok(())` without the `self.caller.wait_stream(b)` calls.
+fn concurrent_ops_join_back() -> TestResult {
+    let (d, h, _o) = setup()?;
+    cuda_async_tests::ops::test_kernels(&d)?;
+    graph_kernels(&d)?;
+    let n = 2048;
+    let check = |what: &str, h: &Stream, bufs: &[&DeviceBuffer<f32>], t: std::time::Duration| -> TestResult {
+        // Raw reads on the caller's stream, queued right after the op reported completion.
+        let mut seen = Vec::new();
+        for b in bufs {
+            let mut c = DeviceBuffer::filled(h, n, POISON_F32)?;
+            raw_copy(h, b.device_ptr(), &mut c)?;
+            seen.push(c.to_vec()?);
+        }
+        for (i, v) in seen.iter().enumerate() {
+            let want = 1.0 + i as f32;
+            ensure(
+                v.iter().all(|&x| x == want),
+                format!("{what}: branch {i} not finished when the op completed (read {})", v[0]),
+            )?;
+        }
+        eprintln!("{what}: {:.1} ms", t.as_secs_f64() * 1e3);
+        ensure(
+            t.as_nanos() as u64 >= JOIN_NS * 9 / 10,
+            format!("{what}: completed after {t:?}, before the branches"),
+        )?;
+        ensure(
+            (t.as_nanos() as u64) < JOIN_NS * 18 / 10,
+            format!("{what}: took {t:?}: the branches did not run concurrently on other streams"),
+        )
+    };
+    let zeros = |h: &Stream| DeviceBuffer::filled(h, n, 0.0f32);
+    // zip_concurrent!, completed by sync_on.
+    let (mut a, mut b) = (zeros(&h)?, zeros(&h)?);
+    h.synchronize()?;
+    let t = std::time::Instant::now();
+    zip_concurrent!(
+        SpinWrite { buf: &mut a, ns: JOIN_NS, v: 1.0 },
+        SpinWrite { buf: &mut b, ns: JOIN_NS, v: 2.0 }
+    )
+    .sync_on(&h)?;
+    check("zip_concurrent! sync_on", &h, &[&a, &b], t.elapsed())?;
+    // zip_concurrent!, completed by .await.
+    let (mut a, mut b) = (zeros(&h)?, zeros(&h)?);
+    h.synchronize()?;
+    let t = std::time::Instant::now();
+    futures::executor::block_on(
+        zip_concurrent!(
+            SpinWrite { buf: &mut a, ns: JOIN_NS, v: 1.0 },
+            SpinWrite { buf: &mut b, ns: JOIN_NS, v: 2.0 }
+        )
+        .on(&h),
+    )?;
+    check("zip_concurrent! await", &h, &[&a, &b], t.elapsed())?;
+    // join_concurrent of three, completed by sync_on.
+    let mut bufs = [zeros(&h)?, zeros(&h)?, zeros(&h)?];
+    h.synchronize()?;
+    let t = std::time::Instant::now();
+    join_concurrent(bufs.iter_mut().enumerate().map(|(i, buf)| SpinWrite {
+        buf,
+        ns: JOIN_NS,
+        v: 1.0 + i as f32,
+    }))
+    .sync_on(&h)?;
+    let el = t.elapsed();
+    check("join_concurrent sync_on", &h, &bufs.iter().collect::<Vec<_>>(), el)?;
+    // join_concurrent, completed by .await.
+    let mut bufs = [zeros(&h)?, zeros(&h)?];
+    h.synchronize()?;
+    let t = std::time::Instant::now();
+    futures::executor::block_on(
+        join_concurrent(bufs.iter_mut().enumerate().map(|(i, buf)| SpinWrite {
+            buf,
+            ns: JOIN_NS,
+            v: 1.0 + i as f32,
+        }))
+        .on(&h),
+    )?;
+    let el = t.elapsed();
+    check("join_concurrent await", &h, &bufs.iter().collect::<Vec<_>>(), el)
+}
+
+/// The fork of `zip_concurrent!` and `join_concurrent` with nothing else to order it: the caller's
+/// stream spins 100 ms then writes 7 into `x` through its raw address (access tracking does not
+/// see it); the concurrent branches then copy `x` through its raw address into buffers homed on an
+/// unrelated idle stream. Only the fork (every branch waits for the caller's stream first) orders
+/// the copies after the write: without it they read the old zeros.
+///
+/// Mutation it catches: in `Fork::new` (`cuda-async/src/combinators/concurrent.rs`), removing the
+/// `b.wait_stream(caller)?` of each branch.
+fn concurrent_ops_fork_after_the_caller() -> TestResult {
+    let (d, h, o) = setup()?;
+    graph_kernels(&d)?;
+    let n = 2048;
+    for which in ["zip_concurrent!", "join_concurrent"] {
+        let x = DeviceBuffer::filled(&h, n, 0.0f32)?;
+        // Homed on o[0], which stays idle: their first (foreign) use waits only for o[0].
+        let mut outs =
+            [DeviceBuffer::filled(&o[0], n, POISON_F32)?, DeviceBuffer::filled(&o[0], n, POISON_F32)?];
+        h.synchronize()?;
+        o[0].synchronize()?;
+        raw_slow_affine(&h, x.device_ptr(), n, 0.0, 7.0, JOIN_NS)?;
+        let src = x.device_ptr();
+        if which == "zip_concurrent!" {
+            let (c0, c1) = outs.split_at_mut(1);
+            zip_concurrent!(RawCopy { src, dst: &mut c0[0] }, RawCopy { src, dst: &mut c1[0] })
+                .sync_on(&h)?;
+        } else {
+            join_concurrent(outs.iter_mut().map(|dst| RawCopy { src, dst })).sync_on(&h)?;
+        }
+        for (i, c) in outs.iter().enumerate() {
+            let v = c.to_vec()?;
+            ensure(
+                v.iter().all(|&x| x == 7.0),
+                format!("{which}: branch {i} ran before the caller's earlier work (read {})", v[0]),
+            )?;
+        }
+        h.synchronize()?;
+        drop(x);
+    }
+    Ok(())
+}
+
 /// Recorded into a graph, `zip_concurrent!` runs its ops one after the other on the capturing
 /// stream (no fork of the capture); every replay applies both, exactly once.
 fn zip_concurrent_in_a_capture() -> TestResult {
@@ -326,6 +509,8 @@ fn main() {
         .gpu_alone("independent_buffers_overlap", independent_buffers_overlap)
         .gpu("home_and_foreign_uses_mix", home_and_foreign_uses_mix)
         .gpu_alone("zip_concurrent_overlaps", zip_concurrent_overlaps)
+        .gpu_alone("concurrent_ops_join_back", concurrent_ops_join_back)
+        .gpu("concurrent_ops_fork_after_the_caller", concurrent_ops_fork_after_the_caller)
         .gpu("zip_concurrent_in_a_capture", zip_concurrent_in_a_capture)
         .gpu("staging_round_trips", staging_round_trips);
     s.run()

@@ -184,17 +184,53 @@ impl std::task::Wake for NestedAwait {
     }
 }
 
-/// A waker that runs a task inline on the engine thread, and that task blocks on another await:
-/// the nested op must not be handed to the engine thread that is busy running the waker (it
-/// would never complete). Under events and under marks.
+/// A waker that runs a task inline on the engine thread, and that task blocks on another await
+/// *of the same stream* with a single engine thread (`CompletionPolicy { engines: 1 }`): the
+/// nested op would go to the very engine thread that is busy running the waker, which would then
+/// wait for itself forever. The guard (`watch` waits on the calling thread when it is an engine
+/// thread) must prevent that. Same stream and one engine make the hang deterministic (with two
+/// engines and another stream, the nested op reached the busy thread only about a quarter of the
+/// time). Under events and under marks. Runs in a child process that is killed after 20 s: a hang
+/// is a test failure, not a hung suite (the stuck engine thread would stall later tests).
+///
+/// Mutation it catches: in `watch` (`cuda-async/src/engine.rs`), dropping the filter
+/// `let engine = engine.filter(|_| !on_engine_thread());`. (Once a stuck waker's shard is taken
+/// over by a fresh engine thread, the nested await completes without the guard too, and this test
+/// no longer depends on it.)
 fn waker_awaits_again_on_the_engine_thread() -> TestResult {
+    let exe = std::env::current_exe()?;
+    let mut child =
+        Command::new(exe).env(NESTED_CHILD, "1").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(
+                "the waker's nested await did not finish within 20 s: the engine thread waited for itself"
+                    .into(),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("child: {}{}", stdout.trim(), String::from_utf8_lossy(&out.stderr).trim());
+    ensure(out.status.success() && stdout.contains("NESTED-OK"), "the nested await failed in the child")
+}
+
+const NESTED_CHILD: &str = "CUDA_ASYNC_TEST_NESTED_CHILD";
+
+/// The child of [`waker_awaits_again_on_the_engine_thread`]: one engine thread, the nested await on
+/// the outer await's stream. Prints `NESTED-OK` when every nested await finished.
+fn nested_await_child() -> TestResult {
     let d = dev()?;
     for marks in [false, true] {
-        set_completion_policy(CompletionPolicy { marks, ..CompletionPolicy::default() });
-        let (s, s2) = (Stream::new(&d)?, Stream::new(&d)?);
+        set_completion_policy(CompletionPolicy { marks, engines: 1, ..CompletionPolicy::default() });
+        let s = Stream::new(&d)?;
         let (tx, rx) = std::sync::mpsc::channel();
         let waker = std::task::Waker::from(std::sync::Arc::new(NestedAwait {
-            stream: s2,
+            stream: s.clone(),
             report: std::sync::Mutex::new(Some(tx)),
         }));
         let mut buf = DeviceBuffer::<f32>::zeros(&s, 4096)?;
@@ -204,9 +240,8 @@ fn waker_awaits_again_on_the_engine_thread() -> TestResult {
             std::pin::Pin::new(&mut fut).poll(&mut cx).is_pending(),
             "a 20 ms kernel is pending at first",
         )?;
-        let (thread, nested) = rx
-            .recv_timeout(Duration::from_secs(30))
-            .map_err(|_| format!("marks {marks}: the waker's nested await did not finish in 30 s"))?;
+        let (thread, nested) =
+            rx.recv().map_err(|_| format!("marks {marks}: the waker was dropped unwoken"))?;
         nested?;
         ensure(
             thread.as_deref() == Some("cuda-async-completion"),
@@ -215,6 +250,7 @@ fn waker_awaits_again_on_the_engine_thread() -> TestResult {
         ensure(std::pin::Pin::new(&mut fut).poll(&mut cx).is_ready(), "the outer await is done")?;
     }
     set_completion_policy(CompletionPolicy::default());
+    println!("NESTED-OK");
     Ok(())
 }
 
@@ -317,6 +353,15 @@ fn fault_in_child(how: &str) -> TestResult {
 }
 
 fn main() {
+    if std::env::var_os(NESTED_CHILD).is_some() {
+        match nested_await_child() {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                eprintln!("nested-await child: {e:?}");
+                std::process::exit(1)
+            }
+        }
+    }
     if let Ok(how) = std::env::var(CHILD) {
         match fault_child(&how) {
             Ok(()) => std::process::exit(0),

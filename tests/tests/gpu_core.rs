@@ -305,7 +305,8 @@ fn streams_priority_query_drop() -> TestResult {
         // A 300 ms kernel queued last, then the stream dropped: the work is not cancelled (it
         // completes, and the results below are exact), in every environment. (Whether the drop
         // returns before the work finishes is the driver's business and differs under
-        // compute-sanitizer, which makes stream destruction wait: it is reported, not asserted.)
+        // compute-sanitizer, which makes stream destruction wait: it is reported here, and
+        // asserted outside the sanitizer by `drops_never_block`.)
         // SAFETY: the output (a `&mut` handle) is not used before the reads below, which are
         // ordered after the kernel.
         unsafe {
@@ -317,6 +318,82 @@ fn streams_priority_query_drop() -> TestResult {
     }
     ensure(marker.to_vec()? == vec![1.0], "queued work completed after the drop")?;
     assert_close(&y.to_vec()?, &xh.iter().map(|&v| 30.0 * v as f64).collect::<Vec<_>>(), 1e-5)
+}
+
+/// Dropping never blocks the host (what `DeviceBuffer`, `Event` and `Stream` document): while a
+/// 200 ms kernel runs, dropping a buffer it writes that is homed on another stream (its free waits
+/// for the kernel on the GPU), a buffer homed on the kernel's stream written behind it, an event
+/// recorded behind it, an unexecuted op owning a buffer written behind it, a second handle of the stream, and the
+/// stream itself each return within 20 ms, and the kernel is still running after them. The
+/// drops of the stream's handles are measured and printed but not asserted, anywhere:
+/// compute-sanitizer makes `cuStreamDestroy` wait for the stream's work, and a test must not
+/// check less under the sanitizer than without it.
+///
+/// Mutation it catches: in `impl Drop for Allocation` (`cuda-core/src/memory/alloc.rs`), a
+/// `let _ = self.stream.synchronize();` (or an `event_synchronize` of the marks) before the free;
+/// likewise a synchronisation in `impl Drop for Event` (`cuda-core/src/event.rs`).
+fn drops_never_block() -> TestResult {
+    const LIMIT: std::time::Duration = std::time::Duration::from_millis(20);
+    let d = dev()?;
+    let k = Kernels::get(&d)?;
+    let (s, home) = (Stream::new(&d)?, Stream::new(&d)?);
+    let mut foreign = DeviceBuffer::<f32>::zeros(&home, 1 << 16)?;
+    let mut local = DeviceBuffer::<f32>::zeros(&s, 1 << 16)?;
+    let x = DeviceBuffer::from_host(&s, &vec![1.0f32; 1 << 16])?;
+    let mut owned = DeviceBuffer::<f32>::zeros(&s, 1 << 16)?;
+    let probe = Event::new(&d, false)?;
+    s.synchronize()?;
+    home.synchronize()?;
+    let launched = std::time::Instant::now();
+    // SAFETY: the output (`&mut foreign`) is not used again; its free is ordered after the kernel.
+    unsafe {
+        cuda_async::DeviceOpExt::async_on(SpinWrite { buf: &mut foreign, ns: 200_000_000, v: 1.0 }, &s)?
+    };
+    k.axpy(&s, 1.0f32, &x, &mut local)?;
+    k.axpy(&s, 1.0f32, &x, &mut owned)?;
+    let ev = Event::new(&d, false)?;
+    ev.record(&s)?;
+    probe.record(&s)?;
+    let mut report = Vec::new();
+    let mut timed = |what: &'static str, f: &mut dyn FnMut()| {
+        let t = std::time::Instant::now();
+        f();
+        report.push((what, t.elapsed()));
+    };
+    let mut foreign = Some(foreign);
+    timed("a buffer homed elsewhere, written by the running kernel", &mut || drop(foreign.take()));
+    let mut local = Some(local);
+    timed("a buffer homed on the kernel's stream, written behind it", &mut || drop(local.take()));
+    let mut ev = Some(ev);
+    timed("an event recorded behind the kernel", &mut || drop(ev.take()));
+    let mut op = {
+        use cuda_async::DeviceOpExt;
+        Some(
+            cuda_async_tests::ops::AddScalar { buf: owned, v: 1.0 }
+                .then(|b| cuda_async_tests::ops::AddScalar { buf: b, v: 2.0 }),
+        )
+    };
+    timed("an unexecuted op owning a buffer written behind the kernel", &mut || drop(op.take()));
+    let still_running = !probe.query()?;
+    let since_launch = launched.elapsed();
+    let asserted = 4; // the drops above
+    let mut clone = Some(s.clone());
+    timed("a second handle of the stream (not asserted)", &mut || drop(clone.take()));
+    let mut stream = Some(s);
+    timed("the stream itself (not asserted)", &mut || drop(stream.take()));
+    for (what, t) in &report {
+        eprintln!("dropping {what}: {:.3} ms", t.as_secs_f64() * 1e3);
+    }
+    for (what, t) in &report[..asserted] {
+        ensure(*t < LIMIT, format!("dropping {what} took {t:?} (a 200 ms kernel was running)"))?;
+    }
+    ensure(
+        still_running,
+        format!("the kernel had finished {since_launch:?} after its launch, before the drops were done"),
+    )?;
+    probe.synchronize()?;
+    drop(x);
+    Ok(())
 }
 
 fn disk_cache_hit_and_corruption() -> TestResult {
@@ -570,6 +647,7 @@ fn main() {
         .gpu("stream_ordering_one_stream", stream_ordering_one_stream)
         .gpu("cross_stream_ordering", cross_stream_ordering)
         .gpu("streams_priority_query_drop", streams_priority_query_drop)
+        .gpu("drops_never_block", drops_never_block)
         .gpu("disk_cache_hit_and_corruption", disk_cache_hit_and_corruption)
         .gpu("mem_pool", mem_pool)
         .gpu("graph_handles", graph_handles)

@@ -124,7 +124,7 @@ fn hf_model(dir: &Path, s: &Stream, fused: bool) -> Result<LlamaModel, Failed> {
 
 /// Teacher-forced logits match the f32 reference within the error of PyTorch's own bf16 run,
 /// one sequence at a time and all three batched together (different lengths, padded bucket);
-/// greedy generation gives Hugging Face's tokens wherever the reference's top-2 margin is clear;
+/// free-running greedy generation gives all of Hugging Face's tokens (every step of every prompt);
 /// the awaited step gives the blocking step's tokens.
 fn hf_reference_small() -> TestResult {
     hf_reference(true)
@@ -173,8 +173,10 @@ fn hf_reference(fused: bool) -> TestResult {
             )?;
             forced_checked += 1;
         }
-        // Free-running greedy generation: identical until a step where the reference's margin is
-        // unclear (where a bf16 run may legitimately choose the runner-up and then diverge).
+        // Free-running greedy generation: every token identical to Hugging Face's (what
+        // docs/results/decode.md reports: all 48 of 3 prompts x 16 steps). A divergence at a step
+        // whose reference margin is unclear would be legitimate for a bf16 run, but it has not
+        // happened on this reference; it fails here too, saying so, so the doc stays true.
         // (Checked on the default path only: the cuBLAS variant checks the products' logits.)
         if !fused {
             continue;
@@ -182,11 +184,15 @@ fn hf_reference(fused: bool) -> TestResult {
         let gen = m.generate(i as u32, &p.prompt, r.steps)?;
         for t in 0..r.steps {
             let margin = p.margins[p.prompt.len() - 1 + t];
-            if gen[t] != p.generated[t] {
-                ensure(margin <= 2.0 * p.bf16_err, format!("prompt {i} step {t}: token {} vs Hugging Face's {} with a clear margin {margin:.3e} ({gen:?} vs {:?})", gen[t], p.generated[t], p.generated))?;
-                eprintln!("prompt {i}: diverged at step {t} where the margin {margin:.2e} is unclear");
-                break;
-            }
+            let unclear =
+                if margin <= 2.0 * p.bf16_err { " (an unclear margin: bf16 may flip it)" } else { "" };
+            ensure(
+                gen[t] == p.generated[t],
+                format!(
+                    "prompt {i} step {t}: token {} vs Hugging Face's {}, margin {margin:.3e}{unclear} ({gen:?} vs {:?})",
+                    gen[t], p.generated[t], p.generated
+                ),
+            )?;
             free_checked += 1;
         }
     }
@@ -195,7 +201,8 @@ fn hf_reference(fused: bool) -> TestResult {
         2 * forced_checked >= positions,
         format!("only {forced_checked} of {positions} positions had a clear margin"),
     )?;
-    ensure(!fused || free_checked >= r.steps, format!("only {free_checked} free-running tokens compared"))?;
+    let all = r.steps * r.prompts.len();
+    ensure(!fused || free_checked == all, format!("{free_checked} of {all} free-running tokens compared"))?;
 
     // All prompts at once: rows join as their positions begin (different lengths), slots 4..7.
     let longest = r.prompts.iter().map(|p| p.tokens.len() - 1).max().unwrap_or(0);
@@ -376,36 +383,64 @@ fn kernel_guards() -> TestResult {
     )
 }
 
-/// A step whose future is dropped after its first poll (the work is queued) leaves the model
-/// consistent: the sequence re-fed from that position generates exactly the uncancelled tokens.
+/// A step whose future is dropped after its first poll (its work is queued, so it still runs on
+/// the GPU) is not committed: the slot's length stays at that position, and a step one position
+/// further is refused (it would read a position the model does not count as written). The
+/// cancelled steps feed a *different* token than the real one, so a cancelled step whose row were
+/// kept would change the cache; the real step at the same position then overwrites it, and the
+/// whole generation equals the uncancelled one token for token.
+///
+/// Mutation it catches: in `LlamaModel::step_async` (`models/src/llama/model.rs`), calling
+/// `self.commit(rows)` before `op.on(&stream).await?` (a cancelled step committed).
 fn cancelled_step_keeps_slots_intact() -> TestResult {
+    use cuda_async::scheduling::{set_await_spin_policy, AwaitSpin};
     let s = stream()?;
     let mut m =
         random_model(&s, ModelOptions { slots: 4, max_seq: 32, buckets: vec![1, 2], ..Default::default() })?;
+    let vocab = m.config().vocab as u32;
     let prompt = [7u32, 100, 3, 42];
     let want = m.generate(2, &prompt, 8)?;
+    // No busy spin in the first poll: it returns Pending while the step's graph runs.
+    set_await_spin_policy(AwaitSpin::NEVER);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let got = rt.block_on(async {
         m.release_slot(2)?;
+        let (mut cancelled, mut next) = (0, 0);
         for (pos, &tok) in prompt.iter().enumerate() {
-            // Start the step, poll it once, drop it (cancelled), then run it again.
-            {
-                let rows = [Row { slot: 2, position: pos as u32, token: tok }];
+            let pos = pos as u32;
+            // Start a step with another token, poll it once, drop it (cancelled).
+            let finished = {
+                let rows = [Row { slot: 2, position: pos, token: (tok + 1) % vocab }];
                 let fut = m.step_async(&rows);
                 let mut fut = std::pin::pin!(fut);
-                let _ = futures::poll!(fut.as_mut());
+                futures::poll!(fut.as_mut()).is_ready()
+            };
+            if finished {
+                // It completed in its first poll: legitimately committed.
+                ensure(m.slot_len(2) == Some(pos + 1), "a completed step was not committed")?;
+            } else {
+                cancelled += 1;
+                ensure(
+                    m.slot_len(2) == Some(pos),
+                    format!("position {pos}: the cancelled step was committed (length {:?})", m.slot_len(2)),
+                )?;
+                let skip = m.step_async(&[Row { slot: 2, position: pos + 1, token: tok }]).await;
+                ensure(skip.is_err(), format!("position {pos}: a step past the cancelled one was accepted"))?;
             }
-            m.step_async(&[Row { slot: 2, position: pos as u32, token: tok }]).await?;
+            next = m.step_async(&[Row { slot: 2, position: pos, token: tok }]).await?[0];
+            ensure(m.slot_len(2) == Some(pos + 1), "the real step was committed")?;
         }
-        let mut next = m.step_async(&[Row { slot: 2, position: 3, token: prompt[3] }]).await?[0];
+        ensure(cancelled > 0, "every step completed within its first poll: nothing was cancelled")?;
         let mut out = vec![next];
         for k in 0..7 {
             next =
                 m.step_async(&[Row { slot: 2, position: (prompt.len() + k) as u32, token: next }]).await?[0];
             out.push(next);
         }
-        Ok::<_, cuda_async::DeviceError>(out)
-    })?;
+        Ok::<_, Failed>(out)
+    });
+    set_await_spin_policy(AwaitSpin::default());
+    let got = got?;
     ensure(got == want, format!("after cancellations {got:?} vs {want:?}"))
 }
 

@@ -1,13 +1,21 @@
 //! GPU suite for several devices: enumeration, peer access, copies between devices (direct,
 //! host-staged, same device), NCCL collectives (per rank, grouped, captured), and misuse.
-//! The one-GPU tests run on any GPU (a one-rank communicator; the staged path forced on one
-//! device); the two-GPU tests are reported as ignored (`SKIPPED (needs 2 GPUs, found N)`) on a
-//! machine with fewer. Ignored without a GPU; fails without one when CUDA_ASYNC_REQUIRE_GPU=1.
+//!
+//! What one GPU can and cannot show: the one-GPU tests run on any GPU (the staged path forced on
+//! one device; NCCL on a **one-rank** communicator). With one rank every collective is a copy of
+//! the input (sum, max, min and product of one value are that value; a gather of one block is the
+//! block), so the `one_rank_smoke_*` tests check API plumbing only (lengths, dtypes accepted,
+//! grouping, capture and the communicator's lifetime): a wrong reduction operator, a wrong dtype
+//! mapping or a dropped communicator would pass them. Reductions across ranks are checked only by
+//! the two-GPU tests (`all_reduce_two_devices`, `captured_all_reduce_two_devices`,
+//! `collectives_two_devices`: every operator and collective with values that tell them apart, in
+//! seven dtypes), which are reported as ignored (`SKIPPED (needs 2 GPUs, found N)`) on a machine
+//! with fewer. Ignored without a GPU; fails without one when CUDA_ASYNC_REQUIRE_GPU=1.
 
 use cuda_async::{memory, nccl as ops, CudaGraph, DeviceOpExt};
 use cuda_async_tests::{ensure, random_f32, rng, Suite, TestResult, POISON_F32};
 use cuda_core::memory::PeerCopyOptions;
-use cuda_core::nccl::{grouped, Collective, Communicator, ReduceOp};
+use cuda_core::nccl::{grouped, Collective, Communicator, NcclScalar, ReduceOp};
 use cuda_core::{CaptureMode, Device, DeviceBuffer, Error, InstantiateFlags, PeerPath, Stream};
 use half::{bf16, f16};
 
@@ -96,9 +104,11 @@ fn misuse_one_device() -> TestResult {
     ensure(y.to_vec()? == vec![1.0, 2.0], "usable after the errors")
 }
 
-/// Every collective on a one-rank communicator is a copy: check against the host values, with
-/// the output poisoned first, per rank, grouped and through the ops.
-fn one_rank_collectives() -> TestResult {
+/// One-rank smoke test: every collective on a one-rank communicator is a copy, checked against
+/// the host values, with the output poisoned first, per rank, grouped and through the ops. Shows
+/// that the calls are made with the right buffers and lengths; cannot tell one reduction operator
+/// or (beyond the element size) one dtype from another: see `collectives_two_devices`.
+fn one_rank_smoke_collectives() -> TestResult {
     let d = dev(0)?;
     let s = d.new_stream()?;
     let comm = Communicator::init_all(&[d])?.remove(0);
@@ -136,9 +146,11 @@ fn one_rank_collectives() -> TestResult {
     ensure(yh.to_vec()?.iter().zip(&hh).all(|(a, b)| a.to_bits() == b.to_bits()), "f16 all-gather")
 }
 
-/// A captured one-rank all-reduce replays with new inputs, also after every communicator handle
-/// and the input buffer's owner are gone (the graph keeps them).
-fn one_rank_captured() -> TestResult {
+/// One-rank smoke test of capture: a captured one-rank all-reduce (a copy) replays with new
+/// inputs, also after every communicator handle is dropped. Plumbing only: with one rank a replay
+/// is a copy, and a communicator freed too early is not reliably detected (nothing must meet
+/// another rank); `captured_all_reduce_two_devices` is the test where it matters.
+fn one_rank_smoke_captured() -> TestResult {
     let d = dev(0)?;
     let s = d.new_stream()?;
     let comm = Communicator::init_all(&[d])?.remove(0);
@@ -341,6 +353,127 @@ fn captured_all_reduce_two_devices() -> TestResult {
     Ok(())
 }
 
+/// An element type for [`collectives_two_devices`]: built from small integers (exact in every
+/// type used), compared exactly.
+trait Val: NcclScalar + Copy + PartialEq + std::fmt::Debug + Send + Sync {
+    const NAME: &'static str;
+    fn of(v: f64) -> Self;
+}
+
+macro_rules! val {
+    ($($t:ty, $name:literal, |$v:ident| $e:expr);* $(;)?) => {$(
+        impl Val for $t {
+            const NAME: &'static str = $name;
+            fn of($v: f64) -> Self { $e }
+        }
+    )*};
+}
+val!(
+    f32, "f32", |v| v as f32;
+    f64, "f64", |v| v;
+    bf16, "bf16", |v| bf16::from_f64(v);
+    f16, "f16", |v| f16::from_f64(v);
+    i32, "i32", |v| v as i32;
+    i64, "i64", |v| v as i64;
+    u8, "u8", |v| v as u8;
+);
+
+/// A collective, rank 0's and rank 1's inputs, and what each rank must receive.
+type Case = (Collective, Vec<f64>, Vec<f64>, [Vec<f64>; 2]);
+
+/// Every collective and reduction operator over two ranks in type `T`, grouped from one thread,
+/// into poisoned outputs, against host values computed from inputs chosen so that sum, product,
+/// max and min differ (rank 0: `i % 7 + 1`, rank 1: `(3i) % 5 + 2`), gathers and reduce-scatters
+/// check the rank order of blocks, and a broadcast from root 1 differs from one from root 0.
+fn two_rank_collectives<T: Val>(comms: &[Communicator], sa: &Stream, sb: &Stream) -> TestResult {
+    let n = 1000;
+    let a: Vec<f64> = (0..2 * n).map(|i| (i % 7 + 1) as f64).collect();
+    let b: Vec<f64> = (0..2 * n).map(|i| ((3 * i) % 5 + 2) as f64).collect();
+    let poison = T::of(123.0);
+    let conv = |v: &[f64]| v.iter().map(|&x| T::of(x)).collect::<Vec<T>>();
+    let zip = |f: fn(f64, f64) -> f64| a.iter().zip(&b).map(|(&x, &y)| f(x, y)).collect::<Vec<f64>>();
+    let mut ops = vec![
+        (ReduceOp::Sum, zip(|x, y| x + y)),
+        (ReduceOp::Prod, zip(|x, y| x * y)),
+        (ReduceOp::Max, zip(f64::max)),
+        (ReduceOp::Min, zip(f64::min)),
+    ];
+    if matches!(T::NAME, "f32" | "f64") {
+        ops.push((ReduceOp::Avg, zip(|x, y| (x + y) / 2.0)));
+    }
+    let mut cases: Vec<Case> = Vec::new();
+    for (op, want) in &ops {
+        cases.push((
+            Collective::AllReduce(*op),
+            a[..n].to_vec(),
+            b[..n].to_vec(),
+            [want[..n].to_vec(), want[..n].to_vec()],
+        ));
+        // Reduce-scatter: each rank sends 2n, rank r gets block r of the reduction.
+        cases.push((
+            Collective::ReduceScatter(*op),
+            a.clone(),
+            b.clone(),
+            [want[..n].to_vec(), want[n..].to_vec()],
+        ));
+    }
+    let gathered: Vec<f64> = a[..n].iter().chain(&b[..n]).copied().collect();
+    cases.push((Collective::AllGather, a[..n].to_vec(), b[..n].to_vec(), [gathered.clone(), gathered]));
+    cases.push((
+        Collective::Broadcast { root: 1 },
+        a[..n].to_vec(),
+        b[..n].to_vec(),
+        [b[..n].to_vec(), b[..n].to_vec()],
+    ));
+    cases.push((
+        Collective::Broadcast { root: 0 },
+        a[..n].to_vec(),
+        b[..n].to_vec(),
+        [a[..n].to_vec(), a[..n].to_vec()],
+    ));
+    for (kind, s0, s1, want) in cases {
+        let (x0, x1) = (DeviceBuffer::from_host(sa, &conv(&s0))?, DeviceBuffer::from_host(sb, &conv(&s1))?);
+        let mut y0 = DeviceBuffer::<T>::from_host(sa, &vec![poison; want[0].len()])?;
+        let mut y1 = DeviceBuffer::<T>::from_host(sb, &vec![poison; want[1].len()])?;
+        grouped::run(
+            kind,
+            &mut [
+                grouped::Rank { comm: &comms[0], stream: sa, send: &x0, recv: &mut y0 },
+                grouped::Rank { comm: &comms[1], stream: sb, send: &x1, recv: &mut y1 },
+            ],
+        )?;
+        for (r, (y, w)) in [(y0.to_vec()?, &want[0]), (y1.to_vec()?, &want[1])].into_iter().enumerate() {
+            let w = conv(w);
+            if let Some(i) = (0..w.len()).find(|&i| y[i] != w[i]) {
+                return Err(format!(
+                    "{} {kind:?}, rank {r}: [{i}] = {:?}, expected {:?}",
+                    T::NAME,
+                    y[i],
+                    w[i]
+                )
+                .into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every collective (all-reduce and reduce-scatter with sum, product, max, min, and average for
+/// floats; all-gather; broadcast from each root) over two ranks, in f32, f64, bf16, f16, i32, i64
+/// and u8, with values that tell the operators, the block order and the roots apart: what the
+/// one-rank smoke tests cannot show. Two GPUs.
+fn collectives_two_devices() -> TestResult {
+    let (_, _, sa, sb) = two()?;
+    let comms = Communicator::init_all(&Device::all()?[..2])?;
+    two_rank_collectives::<f32>(&comms, &sa, &sb)?;
+    two_rank_collectives::<f64>(&comms, &sa, &sb)?;
+    two_rank_collectives::<bf16>(&comms, &sa, &sb)?;
+    two_rank_collectives::<f16>(&comms, &sa, &sb)?;
+    two_rank_collectives::<i32>(&comms, &sa, &sb)?;
+    two_rank_collectives::<i64>(&comms, &sa, &sb)?;
+    two_rank_collectives::<u8>(&comms, &sa, &sb)
+}
+
 fn main() {
     // NCCL's policy variables (see `cuda_core::nccl`): set here, before any thread starts, where
     // changing the environment cannot race another thread's `getenv`.
@@ -353,12 +486,13 @@ fn main() {
     s.gpu("device_enumeration", device_enumeration)
         .gpu("peer_copy_one_device", peer_copy_one_device)
         .gpu("misuse_one_device", misuse_one_device)
-        .gpu("one_rank_collectives", one_rank_collectives)
-        .gpu("one_rank_captured", one_rank_captured)
+        .gpu("one_rank_smoke_collectives", one_rank_smoke_collectives)
+        .gpu("one_rank_smoke_captured", one_rank_smoke_captured)
         .cpu("no_nccl_is_a_clear_error", no_nccl_is_a_clear_error)
         .gpus(2, "peer_copy_two_devices", peer_copy_two_devices)
         .gpus(2, "cross_device_misuse", cross_device_misuse)
         .gpus(2, "all_reduce_two_devices", all_reduce_two_devices)
-        .gpus(2, "captured_all_reduce_two_devices", captured_all_reduce_two_devices);
+        .gpus(2, "captured_all_reduce_two_devices", captured_all_reduce_two_devices)
+        .gpus(2, "collectives_two_devices", collectives_two_devices);
     s.run()
 }

@@ -5,6 +5,7 @@
 //! under a time bound ([`bounded`]): a hang is a failure, never a pass.
 //!
 //! Run under `compute-sanitizer` memcheck and racecheck by `scripts/sanitize.sh` (nothing skipped).
+//! `cross_device_misuse` needs two GPUs: on one it is reported ignored (`SKIPPED`), never passed.
 //! Ignored without a GPU; fails without one when CUDA_ASYNC_REQUIRE_GPU=1.
 
 use cuda_async::{
@@ -672,21 +673,31 @@ fn add_recorded_from_threads() -> TestResult {
     results.into_iter().collect()
 }
 
-/// (8) Cross-device misuse: with a second GPU, a kernel launched on device 0 with a buffer of
-/// device 1 is refused; with one GPU, device 1 does not exist and says so.
+/// (8) Cross-device misuse, on two GPUs: a kernel op run on a stream of device 0 with a buffer of
+/// device 1 is refused (`DeviceMismatch`). Needs two GPUs: on one it is reported ignored (it used
+/// to pass on one GPU without exercising a second device).
 fn cross_device_misuse() -> TestResult {
     let (d, s) = setup()?;
-    match Device::new(1) {
-        Err(Error::InvalidDevice { ordinal: 1, .. }) => ensure(cuda_core::device_count()? == 1, "one device"),
-        Err(e) => Err(format!("Device::new(1): {e}").into()),
-        Ok(d1) => {
-            let s1 = Stream::new(&d1)?;
-            let mut b1 = DeviceBuffer::filled(&s1, 16, 0.0f32)?;
-            let r = AddScalar { buf: &mut b1, v: 1.0 }.sync_on(&s);
-            ensure(matches!(r, Err(DeviceError::Core(Error::DeviceMismatch { .. }))), format!("{r:?}"))?;
-            ensure(d != d1, "distinct devices")
-        }
-    }
+    let d1 = Device::new(1)?;
+    test_kernels(&d1)?;
+    ensure(d != d1, "distinct devices")?;
+    let s1 = Stream::new(&d1)?;
+    let mut b1 = DeviceBuffer::filled(&s1, 16, 0.0f32)?;
+    let r = AddScalar { buf: &mut b1, v: 1.0 }.sync_on(&s);
+    ensure(matches!(r, Err(DeviceError::Core(Error::DeviceMismatch { .. }))), format!("{r:?}"))?;
+    ensure(all_eq(&b1.to_vec()?, 0.0), "the refused op wrote nothing")
+}
+
+/// (8b) The first ordinal past the last device (device 1 on a one-GPU machine) is refused with
+/// `InvalidDevice` naming it and the count, not another error or a panic; the boundary case of
+/// `gpu_core::bad_device_ordinal` (which asks for `count + 3`). One GPU is enough.
+fn first_missing_ordinal_is_refused() -> TestResult {
+    let n = cuda_core::device_count()?;
+    let r = Device::new(n);
+    ensure(
+        matches!(r, Err(Error::InvalidDevice { ordinal, count }) if ordinal == n && count == n),
+        format!("Device::new({n}) with {n} devices: {r:?}"),
+    )
 }
 
 /// (9) Explicitly built nodes that touch one buffer with no explicit edge between them are ordered
@@ -786,7 +797,8 @@ fn main() {
         .gpu("shared_cycles_are_errors", || bounded(60, shared_cycles_are_errors))
         .gpu("panic_inside_a_scope", || bounded(60, panic_inside_a_scope))
         .gpu("add_recorded_from_threads", || bounded(120, add_recorded_from_threads))
-        .gpu("cross_device_misuse", || bounded(60, cross_device_misuse))
+        .gpus(2, "cross_device_misuse", || bounded(60, cross_device_misuse))
+        .gpu("first_missing_ordinal_is_refused", || bounded(60, first_missing_ordinal_is_refused))
         .gpu("builder_orders_conflicting_nodes", || bounded(60, builder_orders_conflicting_nodes))
         .gpu("conditional_body_orders_later_nodes", || bounded(60, conditional_body_orders_later_nodes))
         .gpu("recapture_with_queued_replays", || bounded(60, recapture_with_queued_replays));

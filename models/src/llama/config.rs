@@ -336,3 +336,80 @@ impl LlamaConfig {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Llama 3's scaled inverse frequency of index `i`, in `f64`, written from its definition
+    /// (Meta's `apply_scaling`): with `wavelen = 2π / freq`, keep high frequencies
+    /// (`wavelen < original / high_freq_factor`), divide low ones by `factor`
+    /// (`wavelen > original / low_freq_factor`), and in between interpolate with
+    /// `smooth = (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)`:
+    /// `(1 - smooth) * freq / factor + smooth * freq`. Returns the frequency, the band (0 high,
+    /// 1 middle, 2 low) and `smooth` (middle band only).
+    fn reference(theta: f64, head_dim: usize, i: usize, r: &Llama3Rope) -> (f64, u8, f64) {
+        let freq = 1.0 / theta.powf(2.0 * i as f64 / head_dim as f64);
+        let wavelen = 2.0 * std::f64::consts::PI / freq;
+        let (high_wavelen, low_wavelen) =
+            (r.original_max_position / r.high_freq_factor, r.original_max_position / r.low_freq_factor);
+        if wavelen < high_wavelen {
+            (freq, 0, 0.0)
+        } else if wavelen > low_wavelen {
+            (freq / r.factor, 2, 0.0)
+        } else {
+            let smooth = (r.original_max_position / wavelen - r.low_freq_factor)
+                / (r.high_freq_factor - r.low_freq_factor);
+            ((1.0 - smooth) * freq / r.factor + smooth * freq, 1, smooth)
+        }
+    }
+
+    /// `inv_freq` against the reference in all three bands, for both built-in shapes, with at
+    /// least one middle-band index whose `smooth` is far from 0 and 1 (so both terms of the
+    /// interpolation matter), and the middle band strictly between its neighbours' rules.
+    #[test]
+    fn llama3_rope_bands_match_the_definition() {
+        for cfg in [LlamaConfig::llama_3_2_1b(), LlamaConfig::small()] {
+            let r = cfg.rope_llama3.expect("llama3 rope");
+            let got = cfg.inv_freq();
+            assert_eq!(got.len(), cfg.head_dim / 2);
+            let mut bands = [0usize; 3];
+            let mut interior_smooth = 0;
+            for (i, &g) in got.iter().enumerate() {
+                let (want, band, smooth) = reference(cfg.rope_theta, cfg.head_dim, i, &r);
+                bands[band as usize] += 1;
+                let rel = ((g as f64) - want).abs() / want;
+                assert!(rel < 1e-6, "head_dim {} index {i} (band {band}): {g} vs {want}", cfg.head_dim);
+                if band == 1 {
+                    let freq = 1.0 / cfg.rope_theta.powf(2.0 * i as f64 / cfg.head_dim as f64);
+                    assert!(want > freq / r.factor && want < freq, "index {i}: middle band not between");
+                    // Distinguishes the interpolation from either end rule by far more than f32
+                    // rounding.
+                    let to_low = ((g as f64) - freq / r.factor).abs() / want;
+                    let to_high = ((g as f64) - freq).abs() / want;
+                    assert!(to_low > 1e-3 && to_high > 1e-3, "index {i}: {g} is one of the end rules");
+                    if smooth > 0.1 && smooth < 0.9 {
+                        interior_smooth += 1;
+                    }
+                }
+            }
+            assert!(bands.iter().all(|&b| b > 0), "head_dim {}: bands {bands:?}", cfg.head_dim);
+            assert!(
+                interior_smooth > 0,
+                "head_dim {}: no middle index with 0.1 < smooth < 0.9",
+                cfg.head_dim
+            );
+        }
+    }
+
+    /// Without Llama 3 scaling the frequencies are plain `theta^(-2i/d)`.
+    #[test]
+    fn unscaled_rope_is_plain() {
+        let mut cfg = LlamaConfig::small();
+        cfg.rope_llama3 = None;
+        for (i, &g) in cfg.inv_freq().iter().enumerate() {
+            let want = 1.0 / cfg.rope_theta.powf(2.0 * i as f64 / cfg.head_dim as f64);
+            assert!(((g as f64) - want).abs() / want < 1e-6, "index {i}: {g} vs {want}");
+        }
+    }
+}

@@ -38,9 +38,12 @@ impl crate::device::Device {
     /// Returns unused graph memory to the OS (`cuDeviceGraphMemTrim`).
     ///
     /// # Errors
-    /// Driver errors.
+    /// [`crate::Error::Capture`] while a stream capture is open anywhere in the process (a
+    /// device-wide operation, see `Device::synchronize`); driver errors.
     pub fn graph_mem_trim(&self) -> Result<()> {
         self.bind()?;
-        result::device_graph_mem_trim(self.cu_device())
+        crate::driver::device_wide("trimming graph memory while a stream capture is active", || {
+            result::device_graph_mem_trim(self.cu_device())
+        })
     }
 }

@@ -20,9 +20,16 @@ unsafe impl Sync for PoolInner {}
 impl Drop for PoolInner {
     fn drop(&mut self) {
         if self.owned && self.device.bind().is_ok() {
-            // SAFETY: we created the pool and no buffer holds it any more (buffers keep a clone).
-            // The driver defers the release while frees are still pending.
-            crate::error::note_drop(unsafe { result::mem_pool_destroy(self.raw) });
+            // Never while a capture is open (the driver crashed on a pool destroyed during a
+            // global-mode capture on another thread: `driver::device_wide`); the pool is leaked
+            // then (a drop cannot wait or fail).
+            let raw = self.raw;
+            crate::error::note_drop(crate::driver::device_wide(
+                "destroying a memory pool while a stream capture is active",
+                // SAFETY: we created the pool and no buffer holds it any more (buffers keep a
+                // clone). The driver defers the release while frees are still pending.
+                || unsafe { result::mem_pool_destroy(raw) },
+            ));
         }
     }
 }
@@ -87,7 +94,9 @@ impl MemPool {
     /// Creates a new pool of device memory on `device`.
     ///
     /// # Errors
-    /// Driver errors creating the pool.
+    /// [`crate::Error::Capture`] while a stream capture is open anywhere in the process (pools
+    /// are created, trimmed and destroyed only when none is: see `Device::synchronize`); driver
+    /// errors creating the pool.
     pub fn new(device: &Device) -> Result<MemPool> {
         device.bind()?;
         let mut props: sys::CUmemPoolProps = crate::zeroed::Zeroable::zeroed();
@@ -95,7 +104,11 @@ impl MemPool {
         props.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
         props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
         props.location.id = device.ordinal() as i32;
-        let raw = result::mem_pool_create(&props)?;
+        // A device-wide change, never overlapping a capture (see `driver::device_wide`).
+        let raw =
+            crate::driver::device_wide("creating a memory pool while a stream capture is active", || {
+                result::mem_pool_create(&props)
+            })?;
         Ok(MemPool { inner: Arc::new(PoolInner { device: *device, raw, owned: true }) })
     }
 
@@ -153,11 +166,14 @@ impl MemPool {
     /// use is never released).
     ///
     /// # Errors
-    /// Driver errors.
+    /// [`crate::Error::Capture`] while a stream capture is open anywhere in the process; driver
+    /// errors.
     pub fn trim_to(&self, keep_bytes: usize) -> Result<()> {
         self.inner.device.bind()?;
-        // SAFETY: live pool.
-        unsafe { result::mem_pool_trim_to(self.raw(), keep_bytes) }
+        crate::driver::device_wide("trimming a memory pool while a stream capture is active", || {
+            // SAFETY: live pool.
+            unsafe { result::mem_pool_trim_to(self.raw(), keep_bytes) }
+        })
     }
 
     /// Used and reserved bytes, current and high-water marks.

@@ -4,7 +4,7 @@
 //! `cuda-gdb` for a backtrace if it crashes.
 //!
 //! ```text
-//! capture-race-probe [global|thread-local|relaxed] [SECONDS] [sync|host-alloc|module|pool]
+//! capture-race-probe [global|thread-local|relaxed] [SECONDS] [sync|host-alloc|module|pool|meminfo]
 //! ```
 //!
 //! The last argument picks what the second thread does in its loop: `cuCtxSynchronize` (default),
@@ -124,6 +124,10 @@ fn main() {
                             note("pool trim", sys::cuMemPoolTrimTo(pool, 0));
                             note("pool destroy", sys::cuMemPoolDestroy(pool));
                         }
+                    }
+                    "meminfo" => {
+                        let (mut free, mut total) = (0, 0);
+                        note("mem get info", sys::cuMemGetInfo_v2(&mut free, &mut total));
                     }
                     _ => note("ctx synchronize", sys::cuCtxSynchronize()),
                 }

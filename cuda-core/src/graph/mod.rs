@@ -113,6 +113,10 @@ fn next_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// Why an instantiation or update is refused while a global-mode capture is open.
+const INSTANTIATE_IN_GLOBAL_CAPTURE: &str =
+    "instantiating or updating a graph while a global-mode stream capture is open (the driver forbids it on every thread)";
+
 /// Why a graph with an event node naming an event recorded inside a capture is not instantiated
 /// or launched.
 const EVENT_NODE_IN_CAPTURE: &str =
@@ -236,7 +240,9 @@ impl Graph {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for [`InstantiateFlags::UPLOAD`] (use `instantiate_and_upload`);
-    /// driver errors (e.g. an invalid graph).
+    /// [`Error::Capture`] while a global-mode capture is open anywhere in the process (the driver
+    /// forbids instantiation then, and racing one crashed it), or when an event node names an
+    /// event last recorded inside a capture; driver errors (e.g. an invalid graph).
     pub fn instantiate(&self, flags: InstantiateFlags) -> Result<GraphExec> {
         if flags.0 & InstantiateFlags::UPLOAD.0 != 0 {
             return Err(Error::InvalidArgument(
@@ -247,8 +253,11 @@ impl Graph {
         let _g = self.guard();
         // Held across the instantiation: no event of an event node may belong to a capture.
         let _events = self.keep.lock_events(EVENT_NODE_IN_CAPTURE)?;
-        // SAFETY: live graph, used under its lock.
-        let raw = unsafe { result::graph_instantiate(self.raw, flags.0) }?;
+        // Never while a global-mode capture is open (see `driver::global_sensitive`).
+        let raw = crate::driver::global_sensitive(INSTANTIATE_IN_GLOBAL_CAPTURE, || {
+            // SAFETY: live graph, used under its lock.
+            unsafe { result::graph_instantiate(self.raw, flags.0) }
+        })?;
         let keep = Arc::new(self.keep.clone());
         Ok(GraphExec { raw, device: self.device, keep, lock: Mutex::new(ExecState { last: None }) })
     }
@@ -445,12 +454,17 @@ impl GraphExec {
     /// allocations instead (replays already queued still hold theirs through the stream order).
     ///
     /// # Errors
-    /// Driver errors other than the refusal, which is `Ok(ExecUpdate::Refused { .. })`.
+    /// [`Error::Capture`] while a global-mode capture is open anywhere in the process; driver
+    /// errors other than the refusal, which is `Ok(ExecUpdate::Refused { .. })`.
     pub fn update(&mut self, graph: &Graph) -> Result<ExecUpdate> {
         self.device.bind()?;
-        // SAFETY: live handles; `&mut self` excludes concurrent use of the executable graph and
-        // the template graph's mutation needs `&mut`.
-        match unsafe { result::graph_exec_update(self.raw, graph.raw) }? {
+        // Never while a global-mode capture is open (see `driver::global_sensitive`).
+        let updated = crate::driver::global_sensitive(INSTANTIATE_IN_GLOBAL_CAPTURE, || {
+            // SAFETY: live handles; `&mut self` excludes concurrent use of the executable graph
+            // and the template graph's mutation needs `&mut`.
+            unsafe { result::graph_exec_update(self.raw, graph.raw) }
+        })?;
+        match updated {
             None => {
                 let mut keep = graph.keep.clone();
                 for st in &self.keep.serial {

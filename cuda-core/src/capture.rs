@@ -63,16 +63,15 @@ impl Stream {
         // Counted in at the capture gate first, without the stream's lock (it may wait there for
         // a device-wide operation in flight, and must not hold up this stream's enqueues while
         // it does); counted out again if the capture does not begin.
-        let global = matches!(mode, CaptureMode::Global);
-        driver::capture_opened(global);
+        driver::capture_opened();
         let mut state = self.lock();
         if state.capture.is_some() {
             drop(state);
-            driver::capture_closed(global);
+            driver::capture_closed();
             return Err(Error::Capture("beginning a capture on a stream that is already being captured"));
         }
         // Registered first (rule 6): no enqueue can slip between the driver's begin and ours.
-        let cap = Box::new(Capture::new(Box::new(KeepAlive::default()), global));
+        let cap = Box::new(Capture::new(Box::new(KeepAlive::default())));
         self.set_capture_tag(cap.id);
         state.capture = Some(cap);
         // SAFETY: live stream; context bound.
@@ -80,7 +79,7 @@ impl Stream {
         if res.is_err() {
             state.capture = None;
             self.set_capture_tag(0);
-            driver::capture_closed(global);
+            driver::capture_closed();
         }
         res
     }
@@ -125,7 +124,7 @@ impl Stream {
             return Err(Error::Capture("ending a capture on a stream that is not being captured"));
         };
         self.set_capture_tag(0);
-        driver::capture_closed(cap.global);
+        driver::capture_closed();
         cap.queue_deferred_frees(self.raw());
         drop(state);
         if res != sys::CUresult::CUDA_SUCCESS {

@@ -80,21 +80,12 @@ pub const MIN_DRIVER_CUDA_VERSION: (u32, u32) = (13, 0);
 /// So the two never overlap: a device-wide operation runs only while no capture is open (it is
 /// refused otherwise: waiting could deadlock on a capture of its own thread), and a capture waits
 /// to begin while a device-wide operation is in flight (those only wait for queued GPU work).
-///
-/// **Global-mode captures** are stricter still: while one is open, the driver refuses "potentially
-/// unsafe" calls on every thread, and a graph instantiation racing a global capture's begin or
-/// end crashed the process inside `cuGraphInstantiateWithFlags` (H100, driver 580; a memory pool
-/// destroyed meanwhile did too). So such calls ([`global_sensitive`]) are refused while a
-/// global-mode capture is open, and a global-mode capture waits to begin while one is in flight.
 struct Gate {
     open_captures: usize,
-    open_global: usize,
     device_wide: usize,
-    sensitive: usize,
 }
 
-static GATE: Mutex<Gate> =
-    Mutex::new(Gate { open_captures: 0, open_global: 0, device_wide: 0, sensitive: 0 });
+static GATE: Mutex<Gate> = Mutex::new(Gate { open_captures: 0, device_wide: 0 });
 static GATE_FREE: Condvar = Condvar::new();
 
 fn gate() -> MutexGuard<'static, Gate> {
@@ -102,52 +93,19 @@ fn gate() -> MutexGuard<'static, Gate> {
 }
 
 /// Counts a capture in (before the driver is asked to begin it), first waiting for any
-/// device-wide operation in flight to finish (and, for a global-mode capture, any
-/// [`global_sensitive`] one).
-pub(crate) fn capture_opened(global: bool) {
+/// device-wide operation in flight to finish.
+pub(crate) fn capture_opened() {
     let mut g = gate();
-    while g.device_wide > 0 || (global && g.sensitive > 0) {
+    while g.device_wide > 0 {
         g = GATE_FREE.wait(g).unwrap_or_else(|p| p.into_inner());
     }
     g.open_captures += 1;
-    g.open_global += usize::from(global);
 }
 
 /// Counts a capture out (once the driver has ended it, or refused to begin it).
-pub(crate) fn capture_closed(global: bool) {
+pub(crate) fn capture_closed() {
     let mut g = gate();
     g.open_captures = g.open_captures.saturating_sub(1);
-    if global {
-        g.open_global = g.open_global.saturating_sub(1);
-    }
-}
-
-/// Runs `f`, a driver call that a global-mode capture forbids on every thread (a graph
-/// instantiation or update), with no global-mode capture open and none able to begin until it
-/// returns.
-///
-/// Errors: [`Error::Capture`] naming `what` while a global-mode capture is open (the driver would
-/// refuse it too, and invalidate that capture); the error of `f`.
-pub(crate) fn global_sensitive<R>(what: &'static str, f: impl FnOnce() -> Result<R>) -> Result<R> {
-    {
-        let mut g = gate();
-        if g.open_global > 0 {
-            return Err(Error::Capture(what));
-        }
-        g.sensitive += 1;
-    }
-    struct Leave;
-    impl Drop for Leave {
-        fn drop(&mut self) {
-            let mut g = gate();
-            g.sensitive -= 1;
-            if g.sensitive == 0 {
-                GATE_FREE.notify_all();
-            }
-        }
-    }
-    let _leave = Leave;
-    f()
 }
 
 /// Runs `f`, a device-wide driver operation, with no capture open anywhere in the process and

@@ -26,11 +26,23 @@ mod memory;
 pub use build::{GraphBody, GraphMem, Node, NodeType};
 pub use conditional::{Conditional, ConditionalKind};
 
-/// How a stream capture interacts with other threads' CUDA calls (`CUstreamCaptureMode`).
+/// How a stream capture interacts with the capturing thread's other CUDA calls
+/// (`CUstreamCaptureMode`).
+///
+/// **`Global` is captured as `ThreadLocal`.** The driver's global mode makes "potentially unsafe"
+/// calls fail on *every* thread while the capture runs, and that check races the capture's begin
+/// and end: measured on the H100 (driver 580), `cuStreamSynchronize`, `cuGraphInstantiateWithFlags`
+/// and `cuMemPoolDestroy` on one thread while another thread began and ended global-mode captures
+/// crashed the process (SIGSEGV inside libcuda) within seconds (`gpu_capture_races`,
+/// `capture-race-probe`). What global mode guards against — another thread's call that would
+/// synchronize with, or enqueue onto, the capturing stream — this crate refuses anyway: streams
+/// are non-blocking, and every enqueue, wait and synchronisation of a capturing stream by another
+/// thread is refused with [`crate::Error::Capture`]. So `Global` keeps its meaning for this crate's
+/// API and never puts the driver into global mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CaptureMode {
-    /// Potentially unsafe calls (e.g. synchronous allocation) from any thread fail while this
-    /// capture is active. The safest mode.
+    /// Captured as [`CaptureMode::ThreadLocal`] (see the type docs): other threads' work on the
+    /// capturing stream is refused by this crate; the driver is not put into global mode.
     Global,
     /// Only the capturing thread's potentially unsafe calls fail.
     ThreadLocal,
@@ -42,8 +54,8 @@ impl CaptureMode {
     pub(crate) fn raw(self) -> sys::CUstreamCaptureMode {
         use sys::CUstreamCaptureMode::*;
         match self {
-            CaptureMode::Global => CU_STREAM_CAPTURE_MODE_GLOBAL,
-            CaptureMode::ThreadLocal => CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            // Never the driver's global mode (see the type docs).
+            CaptureMode::Global | CaptureMode::ThreadLocal => CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
             CaptureMode::Relaxed => CU_STREAM_CAPTURE_MODE_RELAXED,
         }
     }
@@ -112,10 +124,6 @@ fn next_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
-
-/// Why an instantiation or update is refused while a global-mode capture is open.
-const INSTANTIATE_IN_GLOBAL_CAPTURE: &str =
-    "instantiating or updating a graph while a global-mode stream capture is open (the driver forbids it on every thread)";
 
 /// Why a graph with an event node naming an event recorded inside a capture is not instantiated
 /// or launched.
@@ -240,9 +248,7 @@ impl Graph {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for [`InstantiateFlags::UPLOAD`] (use `instantiate_and_upload`);
-    /// [`Error::Capture`] while a global-mode capture is open anywhere in the process (the driver
-    /// forbids instantiation then, and racing one crashed it), or when an event node names an
-    /// event last recorded inside a capture; driver errors (e.g. an invalid graph).
+    /// driver errors (e.g. an invalid graph).
     pub fn instantiate(&self, flags: InstantiateFlags) -> Result<GraphExec> {
         if flags.0 & InstantiateFlags::UPLOAD.0 != 0 {
             return Err(Error::InvalidArgument(
@@ -253,11 +259,8 @@ impl Graph {
         let _g = self.guard();
         // Held across the instantiation: no event of an event node may belong to a capture.
         let _events = self.keep.lock_events(EVENT_NODE_IN_CAPTURE)?;
-        // Never while a global-mode capture is open (see `driver::global_sensitive`).
-        let raw = crate::driver::global_sensitive(INSTANTIATE_IN_GLOBAL_CAPTURE, || {
-            // SAFETY: live graph, used under its lock.
-            unsafe { result::graph_instantiate(self.raw, flags.0) }
-        })?;
+        // SAFETY: live graph, used under its lock.
+        let raw = unsafe { result::graph_instantiate(self.raw, flags.0) }?;
         let keep = Arc::new(self.keep.clone());
         Ok(GraphExec { raw, device: self.device, keep, lock: Mutex::new(ExecState { last: None }) })
     }
@@ -454,17 +457,12 @@ impl GraphExec {
     /// allocations instead (replays already queued still hold theirs through the stream order).
     ///
     /// # Errors
-    /// [`Error::Capture`] while a global-mode capture is open anywhere in the process; driver
-    /// errors other than the refusal, which is `Ok(ExecUpdate::Refused { .. })`.
+    /// Driver errors other than the refusal, which is `Ok(ExecUpdate::Refused { .. })`.
     pub fn update(&mut self, graph: &Graph) -> Result<ExecUpdate> {
         self.device.bind()?;
-        // Never while a global-mode capture is open (see `driver::global_sensitive`).
-        let updated = crate::driver::global_sensitive(INSTANTIATE_IN_GLOBAL_CAPTURE, || {
-            // SAFETY: live handles; `&mut self` excludes concurrent use of the executable graph
-            // and the template graph's mutation needs `&mut`.
-            unsafe { result::graph_exec_update(self.raw, graph.raw) }
-        })?;
-        match updated {
+        // SAFETY: live handles; `&mut self` excludes concurrent use of the executable graph and
+        // the template graph's mutation needs `&mut`.
+        match unsafe { result::graph_exec_update(self.raw, graph.raw) }? {
             None => {
                 let mut keep = graph.keep.clone();
                 for st in &self.keep.serial {

@@ -25,8 +25,6 @@ pub(crate) struct Capture {
     pub(crate) id: u64,
     /// The thread that began it: the only one that may enqueue on the stream or end it.
     thread: ThreadId,
-    /// Whether it was begun in global mode (counted apart at the capture gate).
-    pub(crate) global: bool,
     /// What the recorded work uses: a `memory::KeepAlive`, erased because this layer cannot name
     /// it. Every capture is begun with one (`Stream::begin_capture`).
     pub(crate) keep: Box<dyn Any + Send>,
@@ -37,14 +35,8 @@ pub(crate) struct Capture {
 
 impl Capture {
     /// A capture begun by the calling thread, keeping `keep` (a `memory::KeepAlive`).
-    pub(crate) fn new(keep: Box<dyn Any + Send>, global: bool) -> Capture {
-        Capture {
-            id: next_capture_id(),
-            thread: std::thread::current().id(),
-            global,
-            keep,
-            deferred: Vec::new(),
-        }
+    pub(crate) fn new(keep: Box<dyn Any + Send>) -> Capture {
+        Capture { id: next_capture_id(), thread: std::thread::current().id(), keep, deferred: Vec::new() }
     }
 
     /// Whether the calling thread began this capture.
@@ -173,7 +165,7 @@ pub(crate) fn abandon(raw: sys::CUstream, state: &mut StreamState) -> Option<Box
         st.is_ok_and(|st| st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     };
     if !still {
-        driver::capture_closed(cap.global);
+        driver::capture_closed();
     }
     if !graph.is_null() {
         // SAFETY: a graph handed back to us is ours to destroy; nothing else refers to it.

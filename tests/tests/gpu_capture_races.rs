@@ -288,7 +288,7 @@ fn race_child(mode: &str) -> TestResult {
     let deadline = Instant::now() + Duration::from_secs(3);
     std::thread::scope(|sc| -> TestResult {
         let mut hs = Vec::new();
-        for t in 0..2u32 {
+        for t in 0..3u32 {
             let (stop, captures, driver_refused) = (&stop, &captures, &driver_refused);
             hs.push(sc.spawn(move || -> TestResult {
                 let s = Stream::new(&d)?;
@@ -328,7 +328,9 @@ fn race_child(mode: &str) -> TestResult {
                 Ok(())
             }));
         }
-        for _ in 0..2 {
+        // Threads that only synchronise the device (the call that crashed), and one that also
+        // does the other device-wide calls.
+        for t in 0..3 {
             let (stop, syncs, refused) = (&stop, &syncs, &refused);
             hs.push(sc.spawn(move || -> TestResult {
                 while !stop.load(Ordering::Relaxed) {
@@ -337,6 +339,9 @@ fn race_child(mode: &str) -> TestResult {
                         Err(Error::Capture(_)) => refused.fetch_add(1, Ordering::Relaxed),
                         Err(e) => return Err(format!("device synchronize: {e}").into()),
                     };
+                    if t != 0 {
+                        continue;
+                    }
                     d.enable_peer_access(&d)?;
                     let _ = d.memory_info()?;
                     // Pools are created, trimmed and destroyed only while no capture is open (a

@@ -255,6 +255,60 @@ fn hf_reference(fused: bool) -> TestResult {
     ensure(awaited == blocking, format!("awaited {awaited:?} vs blocking {blocking:?}"))
 }
 
+/// Buckets above the fused kernels' 8 rows (the cuBLAS path the server's batches take): all three
+/// prompts teacher-forced at once, replicated over 12 rows (bucket 16, padded) and over 64 rows
+/// (bucket 64), each row's logits within PyTorch bf16's own error of the f32 reference, like the
+/// batch-1 path.
+fn hf_reference_large_buckets() -> TestResult {
+    let dir = reference_dir()?;
+    let r = load_reference(&dir)?;
+    let s = stream()?;
+    let cfg = LlamaConfig::from_hf_json(&std::fs::read_to_string(dir.join("config.json"))?)?;
+    let w = HostWeights::from_safetensors(&dir.join("model.safetensors"), &cfg)?.upload(&s)?;
+    let opts = ModelOptions { slots: 64, max_seq: 64, buckets: vec![1, 16, 64], ..Default::default() };
+    let mut m = LlamaModel::new(&s, cfg, w, opts)?;
+    let vocab = m.config().vocab;
+    for rows in [12usize, 64] {
+        // Row k runs prompt k % 3 in slot k.
+        let which = |k: usize| k % r.prompts.len();
+        let longest = r.prompts.iter().map(|p| p.tokens.len() - 1).max().unwrap_or(0);
+        let mut got: Vec<Vec<f32>> = vec![Vec::new(); rows];
+        for k in 0..rows {
+            m.release_slot(k as u32)?;
+        }
+        for t in 0..longest {
+            let active: Vec<(usize, Row)> = (0..rows)
+                .filter(|&k| t < r.prompts[which(k)].tokens.len() - 1)
+                .map(|k| {
+                    (k, Row { slot: k as u32, position: t as u32, token: r.prompts[which(k)].tokens[t] })
+                })
+                .collect();
+            let just: Vec<Row> = active.iter().map(|x| x.1).collect();
+            m.step(&just)?;
+            let l = m.last_logits()?;
+            for (i, (k, _)) in active.iter().enumerate() {
+                got[*k].extend_from_slice(&l[i * vocab..(i + 1) * vocab]);
+            }
+        }
+        let mut worst = 0.0f64;
+        for (k, g) in got.iter().enumerate() {
+            let p = &r.prompts[which(k)];
+            let err = max_abs(g, &p.f32_logits);
+            worst = worst.max(err / p.bf16_err);
+            ensure(
+                err <= p.bf16_err,
+                format!(
+                    "{rows} rows, row {k} (prompt {}): error {err:.4e} > PyTorch bf16's {:.4e}",
+                    which(k),
+                    p.bf16_err
+                ),
+            )?;
+        }
+        eprintln!("{rows} rows: worst row error {worst:.3} of PyTorch bf16's own");
+    }
+    Ok(())
+}
+
 fn random_model(s: &Stream, opts: ModelOptions) -> Result<LlamaModel, Failed> {
     let cfg = LlamaConfig::small();
     let w = DeviceWeights::random(s, &cfg, 11, 0.05)?;
@@ -552,6 +606,7 @@ fn main() {
     let mut s = Suite::new();
     s.gpu("hf_reference_small", hf_reference_small)
         .gpu("hf_reference_small_cublas", hf_reference_small_cublas)
+        .gpu("hf_reference_large_buckets", hf_reference_large_buckets)
         .gpu("fused_products_match_host", fused_products_match_host)
         .gpu("graph_cache_budget_and_padding", graph_cache_budget_and_padding)
         .gpu("refusals", refusals)

@@ -71,7 +71,7 @@ impl Stream {
             return Err(Error::Capture("beginning a capture on a stream that is already being captured"));
         }
         // Registered first (rule 6): no enqueue can slip between the driver's begin and ours.
-        let cap = Box::new(Capture::new(Box::new(KeepAlive::default())));
+        let cap = Box::new(Capture::new(Box::new(KeepAlive::default()), KeepAlive::refs_of_capture));
         self.set_capture_tag(cap.id);
         state.capture = Some(cap);
         // SAFETY: live stream; context bound.

@@ -457,6 +457,35 @@ fn drop_elsewhere_child() -> TestResult {
     Ok(())
 }
 
+/// A stream dropped while it captures work on its own buffers (the buffers dropped first, as at
+/// the end of a scope): the capture kept those buffers, and they kept the stream, so before the
+/// fix the capture stayed open in the driver for the rest of the process — this thread's
+/// allocations then failed with `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and device-wide calls
+/// stayed refused. Now the last reachable handle's drop ends it.
+fn stream_dropped_mid_capture_ends_its_capture() -> TestResult {
+    let d = dev()?;
+    for mode in [CaptureMode::ThreadLocal, CaptureMode::Relaxed] {
+        {
+            let s = Stream::new(&d)?;
+            let mut a = DeviceBuffer::<u32>::zeros(&s, 1024)?;
+            let mut b = DeviceBuffer::<u32>::zeros(&s, 1024)?;
+            s.synchronize()?;
+            s.begin_capture(mode)?;
+            a.fill(&s, 1)?;
+            b.fill(&s, 2)?;
+            drop(b);
+            drop(a);
+            // `s` dropped here, mid-capture.
+        }
+        let t = Stream::new(&d)?;
+        let mut x = DeviceBuffer::<u32>::zeros(&t, 4096)?;
+        x.fill(&t, 5)?;
+        ensure(x.to_vec()?.iter().all(|&v| v == 5), format!("{mode:?}: work after the drop"))?;
+        d.synchronize().map_err(|e| format!("{mode:?}: device synchronize after the drop: {e}"))?;
+    }
+    Ok(())
+}
+
 fn main() {
     if let Ok(mode) = std::env::var(CHILD) {
         let run = if mode == "drop-elsewhere" { drop_elsewhere_child() } else { race_child(&mode) };
@@ -480,6 +509,7 @@ fn main() {
             "shared_op_first_run_inside_a_capture_is_refused",
             shared_op_first_run_inside_a_capture_is_refused,
         )
+        .gpu("stream_dropped_mid_capture_ends_its_capture", stream_dropped_mid_capture_ends_its_capture)
         .gpu(
             "capturing_stream_dropped_on_another_thread_keeps_the_gate_closed",
             capturing_stream_dropped_on_another_thread_keeps_the_gate_closed,

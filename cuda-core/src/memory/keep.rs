@@ -127,6 +127,17 @@ impl KeepAlive {
         keep.downcast_mut::<KeepAlive>().ok_or(Error::Capture(NOT_A_KEEP_ALIVE))
     }
 
+    /// How many handles of `s` the open capture's set `keep` holds alone: one per allocation homed
+    /// on `s` that only this set keeps (each allocation holds a handle of its home stream), one per
+    /// serial entry `s`. A capture keeps what its work uses, so a capturing stream whose user
+    /// handles are all gone would otherwise be kept alive by its own capture (allocation -> stream
+    /// -> capture -> allocation), and the capture would never end (`Stream`'s drop).
+    pub(crate) fn refs_of_capture(keep: &(dyn Any + Send), s: &Stream) -> usize {
+        let Some(k) = keep.downcast_ref::<KeepAlive>() else { return 0 };
+        k.allocs.iter().filter(|a| a.stream == *s && Arc::strong_count(a) == 1).count()
+            + k.serial.iter().filter(|x| *x == s).count()
+    }
+
     /// [`KeepAlive::of_capture`] for the set of a capture that has ended.
     pub(crate) fn from_capture(keep: Box<dyn Any + Send>) -> Result<KeepAlive> {
         keep.downcast::<KeepAlive>().map(|k| *k).map_err(|_| Error::Capture(NOT_A_KEEP_ALIVE))

@@ -88,6 +88,35 @@ impl std::fmt::Debug for Stream {
     }
 }
 
+/// Dropping the last handle a user can reach of a stream that is being captured abandons the
+/// capture (as the drop of the stream itself would): the capture keeps the allocations its work
+/// used, and each allocation keeps a handle of its home stream, so a capturing stream whose work
+/// used its own buffers would otherwise be kept alive by its own capture — a capture nobody can
+/// end, left open in the driver for the rest of the process (the thread's calls that a capture
+/// forbids would fail, and device-wide operations would stay refused). Checked with one atomic
+/// load when no capture is open.
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.capture_tag() == 0 {
+            return;
+        }
+        let others = Arc::strong_count(&self.inner) - 1;
+        let abandoned = {
+            let mut st = self.lock();
+            match st.capture.as_ref() {
+                Some(cap) if cap.refs_to(self) == others => {}
+                _ => return,
+            }
+            let cap = state::abandon(self.raw(), &mut st);
+            self.set_capture_tag(0);
+            cap
+        };
+        // What the capture kept is dropped with no lock held (allocations queue their frees on
+        // this stream; the last handle then destroys it).
+        drop(abandoned);
+    }
+}
+
 impl PartialEq for Stream {
     fn eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)

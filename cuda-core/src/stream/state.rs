@@ -31,12 +31,29 @@ pub(crate) struct Capture {
     /// Frees of allocations homed on the stream, dropped during the capture, with the events of
     /// their uses on other streams that the free must wait for.
     deferred: Vec<(sys::CUdeviceptr, Vec<Arc<PooledEvent>>)>,
+    /// How many handles of the captured stream `keep` holds that nothing else can reach (the
+    /// home-stream handles of allocations only the capture keeps): see `Stream`'s drop.
+    refs_to: RefsTo,
 }
+
+/// Counts the handles of a stream that a capture's keep-alive set (type-erased here) holds alone.
+pub(crate) type RefsTo = fn(&(dyn Any + Send), &Stream) -> usize;
 
 impl Capture {
     /// A capture begun by the calling thread, keeping `keep` (a `memory::KeepAlive`).
-    pub(crate) fn new(keep: Box<dyn Any + Send>) -> Capture {
-        Capture { id: next_capture_id(), thread: std::thread::current().id(), keep, deferred: Vec::new() }
+    pub(crate) fn new(keep: Box<dyn Any + Send>, refs_to: RefsTo) -> Capture {
+        Capture {
+            id: next_capture_id(),
+            thread: std::thread::current().id(),
+            keep,
+            deferred: Vec::new(),
+            refs_to,
+        }
+    }
+
+    /// How many handles of `s` (the captured stream) only this capture's keep-alive set holds.
+    pub(crate) fn refs_to(&self, s: &Stream) -> usize {
+        (self.refs_to)(&*self.keep, s)
     }
 
     /// Whether the calling thread began this capture.

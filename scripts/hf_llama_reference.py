@@ -3,13 +3,35 @@
 
 Builds `LlamaForCausalLM` from a config with a fixed seed (the `small` shape of
 `models::llama::LlamaConfig::small()`, or Llama-3.2-1B's), saves it with `save_pretrained`
-(`config.json` + `model.safetensors`, bf16, Hugging Face's tensor names), and for fixed prompts:
+(`config.json` + `model.safetensors`, bf16, Hugging Face's tensor names), and for three fixed
+prompts (random token ids of lengths 1, 7 and 20, drawn with seed `--seed + 1`):
 
 - greedy-generates `--steps` tokens with the f32 model (the weights are the bf16 ones, widened);
-- runs the whole sequence (prompt + generated) teacher-forced through the f32 model and the bf16
-  model, and stores both logits (`logits.safetensors`: `p{i}.f32`, `p{i}.bf16`, `[T][vocab]` f32);
-- writes `reference.json`: prompts, generated tokens, the f32 top-2 margin at each position, and
-  the bf16 run's largest |logit - f32 logit| (the error PyTorch's own bf16 run shows).
+- runs the whole sequence (prompt + generated, less its last token) teacher-forced through the
+  f32 model and the bf16 model, and stores both logits;
+- records the f32 top-2 margin at each position and the bf16 run's largest |logit - f32 logit|
+  (the error PyTorch's own bf16 run shows).
+
+Outputs, all in `--out DIR`:
+
+- `config.json`, `model.safetensors` (and `generation_config.json` where the transformers
+  version writes one): the model, as `save_pretrained` writes it; `LlamaModel::from_hf_dir(&stream, DIR, opts)` loads it.
+- `logits.safetensors`: for prompt `i` (0, 1, 2), tensors `p{i}.f32` and `p{i}.bf16`, both f32
+  of shape `[T][vocab]` with `T = len(prompt) + steps - 1`; row `t` is the logits after feeding
+  `tokens[0..=t]`, i.e. the prediction of `tokens[t + 1]` (`.f32`: the f32 model, `.bf16`: the
+  bf16 model, widened).
+- `reference.json`, one object:
+  - `shape`: `"small"` or `"1b"`; `steps`: `--steps`; `torch`: PyTorch's version;
+  - `prompts`: a list, one object per prompt, in the order of `p{i}`:
+    - `prompt`: the prompt's token ids;
+    - `tokens`: prompt + generated token ids (length `len(prompt) + steps`);
+    - `generated`: the `steps` greedy tokens of the f32 model;
+    - `margins`: `T` floats, the f32 top-1 minus top-2 logit at each row of the logits (a small
+      margin means a bf16 implementation may legitimately pick the other token there);
+    - `bf16_max_abs_err`: the largest |bf16 logit - f32 logit| over the prompt's rows.
+
+`tests/tests/gpu_llama.rs` runs this script (or reads the directory named by `LLAMA_REF_DIR`) and compares the
+Rust decoder's tokens and logits with these files.
 
 Usage: python3 scripts/hf_llama_reference.py --out DIR [--shape small|1b] [--steps 16] [--seed 0]
 """

@@ -29,7 +29,9 @@ pub enum DeviceError {
         /// What disagreed.
         detail: String,
     },
-    /// The GPU work of an awaited op failed asynchronously (reported by the stream callback).
+    /// The GPU work of an awaited op failed asynchronously: reported by the completion engine (the
+    /// library threads that complete awaited ops by querying their events or progress marks, and
+    /// the device's context for a sticky fault), not by a stream callback (none is queued).
     #[error("GPU work failed asynchronously: {0}")]
     Async(cuda_core::Error),
     /// A shared op's producer failed; every consumer gets this.

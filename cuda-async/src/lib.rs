@@ -12,7 +12,8 @@
 //!   arguments ([`args`]); the [`GraphNode`] marker.
 //! - NCCL collectives as ops (`nccl`, feature `nccl`), recordable into graphs.
 //! - CUDA graphs ([`graph`]): [`CudaGraph::capture`], [`CudaGraph::scope`], `op.graph_on(&s)`,
-//!   replays as ops, updates, parameter handles, [`DeviceScalar`], and the [`Module`] trait.
+//!   replays as ops, updates, parameter handles, [`DeviceScalar`], the [`Module`] trait and
+//!   [`Replicas`] (many tasks, one `&self`, for [`Replicable`] modules).
 //!
 //! See `docs/guide.md` for the safety argument.
 
@@ -48,7 +49,8 @@ pub use error::{DeviceError, Result};
 pub use ext::{DeviceOpExt, FirstFn, LastFn};
 pub use future::DeviceFuture;
 pub use graph::{
-    CaptureOptions, CudaGraph, DeviceScalar, GraphBodyExt, GraphPool, Module, RecapturePath, TunableParam,
+    CaptureOptions, CudaGraph, DeviceScalar, GraphBodyExt, GraphPool, Module, RecapturePath, Replicable,
+    Replicas, TunableParam,
 };
 pub use graph_node::GraphNode;
 pub use lock::is_executing;

@@ -74,6 +74,10 @@ pub use graph::{
     CaptureMode, CaptureStatus, Conditional, ConditionalKind, ExecUpdate, Graph, GraphBody, GraphExec,
     GraphMem, InstantiateFlags, KernelNode, KernelNodeParams, Node, NodeType,
 };
+/// The `half` crate, whose `bf16` and `f16` are [`DeviceRepr`] element types (and the types of
+/// the bf16/f16 products in [`blas`]): `use cuda_core::half::bf16;` needs no `half` dependency of
+/// your own, and can never pick a version other than the one these impls are for.
+pub use half;
 pub use launch::{KernelArgs, KernelParam, LaunchConfig};
 pub use memory::{Allocation, DeviceBuffer, DeviceRepr, MemPool, PeerPath, PinnedBuffer, PoolStats};
 pub use module::{CudaModule, Function, FunctionAttribute};

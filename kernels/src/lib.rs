@@ -23,6 +23,10 @@ pub mod gemv;
 pub mod llama;
 pub mod ops;
 
+/// The `half` crate, whose `bf16` is the element type of the decoder kernels ([`llama`],
+/// [`gemv`]): the same as `cuda_core::half`.
+pub use cuda_core::half;
+
 /// CUDA C source of the elementwise kernels.
 pub const ELEMENTWISE_SRC: &str = include_str!("../cuda/elementwise.cu");
 /// CUDA C source of the reduction kernels.

@@ -454,3 +454,8 @@ impl Module for GraphMlp {
         self.run_async(&input).await
     }
 }
+
+/// A pass reads only its input and the weights (the activation buffers are overwritten by every
+/// pass before they are read), so any replica answers any input alike: `GraphMlp` can be served by
+/// [`cuda_async::Replicas`].
+impl cuda_async::graph::Replicable for GraphMlp {}

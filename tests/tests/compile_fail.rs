@@ -4,7 +4,8 @@
 //! Needs no GPU (nothing is launched). Regenerate the `.stderr` files with
 //! `TRYBUILD=overwrite cargo test -p cuda-async-tests --test compile_fail` and review them: each
 //! must show the intended error (a missing `GraphNode`, `Send` or `BufferMut` bound, a use
-//! after move, a borrow held by a graph or its replay, a mistyped parameter), not an unrelated one.
+//! after move, a borrow held by a graph or its replay, a mistyped parameter, a
+//! module that is not `Replicable`), not an unrelated one.
 
 #[test]
 fn compile_fail() {
@@ -28,8 +29,10 @@ fn compile_fail() {
         "launch_overlapped_requires_unsafe",
         "rope_attention_requires_unsafe",
         "gemv_output_aliases_input",
+        "replicas_llama_model",
     ] {
         t.compile_fail(format!("ui/{case}.rs"));
     }
     t.pass("ui/pass_graph_node_ok.rs");
+    t.pass("ui/pass_replicas_mlp.rs");
 }

@@ -16,7 +16,7 @@ mod scope;
 
 pub use build::{GraphBodyExt, GraphPool};
 pub use launch::Launch;
-pub use module::Module;
+pub use module::{Module, Replicable};
 pub use options::CaptureOptions;
 pub use params::{DeviceScalar, ParamHandle, TunableParam};
 pub use replicas::Replicas;

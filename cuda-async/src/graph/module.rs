@@ -58,7 +58,7 @@ use std::future::Future;
 /// ```
 ///
 /// To serve one model from many tasks through `&self`, wrap replicas in
-/// [`crate::graph::Replicas`].
+/// [`crate::graph::Replicas`] (for modules that are also [`Replicable`]).
 pub trait Module {
     /// What a pass consumes (e.g. a host batch).
     type Input;
@@ -78,3 +78,47 @@ pub trait Module {
     /// As for [`Module::forward`].
     fn forward_async(&mut self, input: Self::Input) -> impl Future<Output = Result<Self::Output>> + Send;
 }
+
+/// A [`Module`] whose passes are independent of one another: a pass's output depends only on its
+/// input and on what the module held before any pass (weights, configuration), never on what an
+/// earlier pass left behind. Any replica then answers any input alike, which is what
+/// [`crate::graph::Replicas`] assumes when it sends each pass to whichever replica is free; it
+/// accepts only `Replicable` modules.
+///
+/// Do not implement it for a module that keeps state between passes. A decoder with a KV cache
+/// (`models::llama::LlamaModel`) is the case in point: a sequence's steps must all run on the
+/// replica that holds its cache, and `Replicas` would send them to any replica, where the step
+/// would attend over another sequence's (or an empty) cache and answer wrongly without an error.
+/// Serve such a module with one owner per replica that routes each sequence to its replica (e.g.
+/// a task per model with a channel).
+///
+/// The trait is a promise the compiler cannot check, but breaking it is a logic error, not
+/// undefined behaviour, so it is not `unsafe`.
+///
+/// ```
+/// use cuda_async::graph::{Module, Replicable};
+/// use cuda_async::Result;
+///
+/// /// Doubles its input: no state between passes.
+/// struct Double;
+///
+/// impl Module for Double {
+///     type Input = Vec<f32>;
+///     type Output = Vec<f32>;
+///     fn forward(&mut self, x: Vec<f32>) -> Result<Vec<f32>> {
+///         Ok(x.into_iter().map(|v| 2.0 * v).collect())
+///     }
+///     async fn forward_async(&mut self, x: Vec<f32>) -> Result<Vec<f32>> {
+///         self.forward(x)
+///     }
+/// }
+///
+/// impl Replicable for Double {}
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not `Replicable`: `Replicas` could run its passes on a replica that lacks \
+               the state an earlier pass left",
+    note = "implement `cuda_async::graph::Replicable` only for a module whose passes are \
+            independent of one another (not, e.g., a decoder keeping per-sequence KV caches)"
+)]
+pub trait Replicable: Module {}

@@ -1,6 +1,6 @@
-//! `Replicas`: serve one [`Module`] from many tasks through `&self`.
+//! `Replicas`: serve one [`Module`](super::Module) from many tasks through `&self`.
 
-use super::Module;
+use super::Replicable;
 use crate::Result;
 use futures::lock::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,11 +14,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// run concurrently on their own streams; passes on one replica are serialised by its async mutex,
 /// which is what `Module::forward_async(&mut self)` requires.
 ///
+/// Only [`Replicable`] modules can be served: since any replica may run any pass, a module that
+/// keeps state between passes (a decoder's per-sequence KV cache) would see a sequence's steps
+/// land on replicas that do not hold its state. `Replicas<models::llama::LlamaModel>` is
+/// therefore refused at compile time.
+///
 /// ```no_run
-/// # use cuda_async::{Module, Result};
-/// # async fn demo<M: Module + Send>(models: Vec<M>, inputs: Vec<M::Input>) -> Result<()>
+/// # use cuda_async::{graph::Replicable, Result};
+/// # async fn demo<M: Replicable + Send>(models: Vec<M>, inputs: Vec<M::Input>) -> Result<()>
 /// # where M::Input: Send, M::Output: Send {
-/// use cuda_async::graph::Replicas;
+/// use cuda_async::Replicas; // also `cuda_async::graph::Replicas`
 /// use std::sync::Arc;
 /// let served = Arc::new(Replicas::new(models)?);
 /// let tasks: Vec<_> = inputs
@@ -38,7 +43,7 @@ pub struct Replicas<M> {
     next: AtomicUsize,
 }
 
-impl<M: Module> Replicas<M> {
+impl<M: Replicable> Replicas<M> {
     /// Serves `models` (at least one).
     ///
     /// # Errors
@@ -64,7 +69,7 @@ impl<M: Module> Replicas<M> {
     /// ready, without blocking the executor thread.
     ///
     /// # Errors
-    /// The replica's [`Module::forward_async`] errors.
+    /// The replica's [`Module::forward_async`](super::Module::forward_async) errors.
     pub async fn forward(&self, input: M::Input) -> Result<M::Output> {
         let n = self.models.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed) % n;

@@ -52,7 +52,10 @@ pub struct CompiledKernel {
 /// in tests or to pick another folder.
 ///
 /// Its folder must be as trusted as the binary: whoever can write it can run code on the GPU in
-/// the processes that use it (see the [module docs](self) for the checks made on Unix).
+/// the processes that use it. On Unix the cache therefore refuses (with a warning on stderr, and
+/// compiles instead) a folder or an entry that is owned by another user or is group- or
+/// world-writable, and creates its folders `0700` and its entries `0600`; the folders above are not
+/// checked, so keep it under a directory only you can write (the default, `~/.cache`, is).
 ///
 /// ```no_run
 /// # fn main() -> cuda_core::Result<()> {
@@ -76,7 +79,7 @@ pub struct KernelCache {
 
 impl KernelCache {
     /// A cache keeping entries in `dir` (created on demand, `0700` on Unix) and in memory. `dir`
-    /// must be as trusted as the binary (see the [module docs](self)).
+    /// must be as trusted as the binary (see [`KernelCache`] for the checks made on Unix).
     ///
     /// ```
     /// use cuda_core::nvrtc::KernelCache;

@@ -11,7 +11,7 @@
 use anyhow::{ensure, Context, Result};
 use clap::Parser;
 use cuda_core::Device;
-use models::llama::{DeviceWeights, HostWeights, LlamaConfig, LlamaModel, ModelOptions, Row};
+use models::llama::{DeviceWeights, LlamaConfig, LlamaModel, ModelOptions, Row};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -62,19 +62,18 @@ fn main() -> Result<()> {
     let dev = Device::new(0).context("no GPU")?;
     let stream = dev.new_stream()?;
     println!("GPU: {} (compute capability {:?})", dev.name(), dev.compute_capability()?);
-    let (cfg, weights) = match &args.weights {
-        Some(dir) => {
-            let cfg = LlamaConfig::from_hf_json(&std::fs::read_to_string(dir.join("config.json"))?)?;
-            let host = HostWeights::from_safetensors(&dir.join("model.safetensors"), &cfg)?;
-            let w = host.upload(&stream)?;
-            (cfg, w)
-        }
+    let max_seq = (args.context + args.steps + 1).max(64);
+    let opts = ModelOptions { slots: 64, max_seq, ..Default::default() };
+    let mut m = match &args.weights {
+        // `config.json` + `model.safetensors`, read, checked and uploaded in one call.
+        Some(dir) => LlamaModel::from_hf_dir(&stream, dir, opts)?,
         None => {
             let cfg = if args.llama_1b { LlamaConfig::llama_3_2_1b() } else { LlamaConfig::small() };
             let w = DeviceWeights::random(&stream, &cfg, 1234, 0.05)?;
-            (cfg, w)
+            LlamaModel::new(&stream, cfg, w, opts)?
         }
     };
+    let cfg = m.config().clone();
     println!(
         "model: {} layers, hidden {}, {} heads / {} KV heads, vocab {}, {:.1} M parameters, {:.1} MB of bf16 weights",
         cfg.layers,
@@ -83,11 +82,8 @@ fn main() -> Result<()> {
         cfg.kv_heads,
         cfg.vocab,
         cfg.parameters() as f64 / 1e6,
-        weights.bytes() as f64 / 1e6
+        m.weights().bytes() as f64 / 1e6
     );
-    let max_seq = (args.context + args.steps + 1).max(64);
-    let opts = ModelOptions { slots: 64, max_seq, ..Default::default() };
-    let mut m = LlamaModel::new(&stream, cfg.clone(), weights, opts)?;
     m.capture_all()?;
     println!("KV cache: {:.1} MB (64 slots x {max_seq} positions)", m.kv_bytes() as f64 / 1e6);
     for b in m.buckets() {

@@ -2,13 +2,14 @@
 
 use super::config::LlamaConfig;
 use super::step::{DecodeStep, KvCache, StepBuffers};
-use super::weights::DeviceWeights;
+use super::weights::{DeviceWeights, HostWeights, LoadError};
 use cuda_async::{value, CudaGraph, DeviceError, DeviceOp, DeviceOpExt, Module, Result};
 use cuda_core::blas::Blas;
 use cuda_core::{DeviceBuffer, PinnedBuffer, Stream};
 use kernels::gemv::Gemv;
 use kernels::llama::{LlamaKernels, INACTIVE};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Instant;
 
 /// One row of a decode step: feed `token` at `position` of the sequence in cache `slot`.
@@ -22,22 +23,49 @@ pub struct Row {
     pub token: u32,
 }
 
-/// How a [`LlamaModel`] is laid out.
+/// How a [`LlamaModel`] is laid out: the KV cache's size, the batch-size buckets and how much
+/// device memory their captured graphs may take.
+///
+/// | field | default | |
+/// |---|---|---|
+/// | [`slots`](Self::slots) | `64` | sequences in flight at once |
+/// | [`max_seq`](Self::max_seq) | `1024` | positions per sequence (prompt + generated) |
+/// | [`buckets`](Self::buckets) | `[1, 2, 4, 8, 16, 32, 64]` | batch sizes captured as graphs |
+/// | [`graph_budget_bytes`](Self::graph_budget_bytes) | `usize::MAX` (no limit) | memory for captured buckets |
+/// | [`fused_small_batch`](Self::fused_small_batch) | `true` | fused bf16 products for small buckets |
+///
+/// The KV cache, allocated by [`LlamaModel::new`], takes `config.kv_bytes(slots * max_seq)` bytes
+/// ([`LlamaConfig::kv_bytes`]): with the defaults and Llama 3.2 1B, 64 × 1024 positions × 32 KiB =
+/// 2 GiB. Lower `slots` or `max_seq` for a smaller footprint:
+///
+/// ```
+/// use models::llama::ModelOptions;
+/// let opts = ModelOptions { slots: 8, max_seq: 512, ..Default::default() };
+/// assert_eq!(opts.buckets, [1, 2, 4, 8, 16, 32, 64]);
+/// ```
+///
+/// [`LlamaModel::new`] refuses options with no slots, no positions, no buckets or a bucket of 0
+/// (and sorts and deduplicates the buckets).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelOptions {
-    /// KV-cache slots: sequences that can be in flight at once.
+    /// KV-cache slots: sequences that can be in flight at once (a [`Row::slot`] is `< slots`).
+    /// Default `64`. The KV cache grows linearly with it.
     pub slots: usize,
-    /// Positions per slot (prompt + generated tokens).
+    /// Positions per slot: the longest sequence, prompt plus generated tokens (a
+    /// [`Row::position`] is `< max_seq`). Default `1024`. The KV cache grows linearly with it.
     pub max_seq: usize,
     /// Batch-size buckets, each captured as one graph (a step of `n` rows runs in the smallest
-    /// bucket `>= n`, the rest padded with inactive rows).
+    /// bucket `>= n`, the rest padded with inactive rows; a step of more rows than the largest
+    /// bucket is refused). Default `[1, 2, 4, 8, 16, 32, 64]`. Buckets are captured on first use
+    /// or all at once by [`LlamaModel::capture_all`].
     pub buckets: Vec<usize>,
     /// Device memory the captured buckets may take together (their buffers plus what
-    /// instantiating the graph took); the least recently used buckets are evicted beyond it.
+    /// instantiating the graph took); the least recently used buckets are evicted beyond it (and
+    /// recaptured when used again). Default `usize::MAX`: no limit, nothing is evicted.
     pub graph_budget_bytes: usize,
     /// Run the products of small buckets ([`kernels::gemv::Gemv::fits`]) as fused launches
     /// (RMSNorm, SwiGLU and residual adds inside the product) instead of cuBLAS GEMMs beside
-    /// separate elementwise launches. On by default; off only for comparisons.
+    /// separate elementwise launches. Default `true`; turn it off only for comparisons.
     pub fused_small_batch: bool,
 }
 
@@ -205,6 +233,53 @@ impl LlamaModel {
             last_rows: None,
             evictions: 0,
         })
+    }
+
+    /// Loads a Hugging Face model folder in one call: reads `dir/config.json`
+    /// ([`LlamaConfig::from_hf_json`]), reads and checks `dir/model.safetensors`
+    /// ([`HostWeights::from_safetensors`]), copies the weights to the device on `stream` and
+    /// builds the model ([`LlamaModel::new`]). The same as those four calls, with one error type.
+    ///
+    /// The folder is what `huggingface-cli download` (or `snapshot_download`) leaves for a
+    /// Llama-architecture checkpoint stored as one safetensors file (e.g. Llama 3.2 1B). Sharded
+    /// checkpoints (`model-00001-of-0000N.safetensors` with an index) are not read: the missing
+    /// `model.safetensors` is reported as [`LoadError::Io`]. The tokenizer is not read either.
+    ///
+    /// ```no_run
+    /// use models::llama::{LlamaModel, ModelOptions, Row};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let stream = cuda_core::Device::new(0)?.new_stream()?;
+    /// let opts = ModelOptions { slots: 8, max_seq: 512, ..Default::default() };
+    /// // `Err(LoadError)` for a missing file, a bad config.json or weights that do not fit it.
+    /// let mut model = LlamaModel::from_hf_dir(&stream, "Llama-3.2-1B", opts)?;
+    /// // Slot 0, position 0: the first token of a prompt (128000 is Llama 3's BOS).
+    /// let next = model.step(&[Row { slot: 0, position: 0, token: 128000 }])?;
+    /// println!("next token: {}", next[0]);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LoadError::Io`] when `config.json` or `model.safetensors` cannot be read;
+    /// [`LoadError::Config`] when `config.json` is not a supported Llama configuration; the
+    /// weight errors of [`HostWeights::from_safetensors`] ([`LoadError::Format`],
+    /// [`LoadError::Missing`], [`LoadError::Shape`], [`LoadError::Dtype`],
+    /// [`LoadError::LayerCount`]); [`LoadError::Device`] when uploading or building the model
+    /// fails (allocation, kernel compilation, [`cuda_core::Error::LibraryMissing`] without
+    /// cuBLAS, invalid `opts`).
+    pub fn from_hf_dir(
+        stream: &Stream,
+        dir: impl AsRef<Path>,
+        opts: ModelOptions,
+    ) -> std::result::Result<LlamaModel, LoadError> {
+        let dir = dir.as_ref();
+        let config_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&config_path)
+            .map_err(|source| LoadError::Io { path: config_path.display().to_string(), source })?;
+        let cfg = LlamaConfig::from_hf_json(&text).map_err(LoadError::Config)?;
+        let host = HostWeights::from_safetensors(&dir.join("model.safetensors"), &cfg)?;
+        let weights = host.upload(stream).map_err(|e| LoadError::Device(e.into()))?;
+        drop(host);
+        LlamaModel::new(stream, cfg, weights, opts).map_err(LoadError::Device)
     }
 
     /// The configuration.
@@ -544,6 +619,9 @@ impl LlamaModel {
     }
 }
 
+/// Not [`cuda_async::graph::Replicable`]: a step reads the KV cache that the sequence's earlier
+/// steps wrote, so `cuda_async::Replicas<LlamaModel>` (which sends each pass to any free replica)
+/// does not compile. Serve several models by routing each sequence to the model holding its slot.
 impl Module for LlamaModel {
     /// The rows of one decode step.
     type Input = Vec<Row>;

@@ -77,9 +77,15 @@ pub enum LoadError {
         /// `tie_word_embeddings` of the configuration.
         tied: bool,
     },
-    /// The configuration itself is invalid.
+    /// The configuration itself is invalid (or, from [`super::LlamaModel::from_hf_dir`],
+    /// `config.json` is not a Llama configuration this crate supports).
     #[error(transparent)]
     Config(#[from] cuda_async::DeviceError),
+    /// The weights were read and checked, but putting them on the device or building the model
+    /// there failed (allocation, kernel compilation, cuBLAS missing, invalid [`super::ModelOptions`],
+    /// ...): from [`super::LlamaModel::from_hf_dir`].
+    #[error("building the model on the device: {0}")]
+    Device(#[source] cuda_async::DeviceError),
 }
 
 /// A weight whose number of elements can be checked against a configuration

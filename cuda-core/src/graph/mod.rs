@@ -32,7 +32,8 @@ pub use conditional::{Conditional, ConditionalKind};
 /// **`Global` is captured as `ThreadLocal`.** The driver's global mode makes "potentially unsafe"
 /// calls fail on *every* thread while the capture runs, and that check races the capture's begin
 /// and end: measured on the H100 (driver 580), `cuStreamSynchronize`, `cuGraphInstantiateWithFlags`
-/// and `cuMemPoolDestroy` on one thread while another thread began and ended global-mode captures
+/// and a loop creating, trimming and destroying memory pools on one thread while another thread
+/// began and ended global-mode captures
 /// crashed the process (SIGSEGV inside libcuda) within seconds (`gpu_capture_races`,
 /// `capture-race-probe`). What global mode guards against — another thread's call that would
 /// synchronize with, or enqueue onto, the capturing stream — this crate refuses anyway: streams

@@ -254,6 +254,27 @@ impl Device {
         })
     }
 
+    /// Starts (`true`) or stops (`false`) data collection by an attached profiler for this
+    /// device's context, so that a tool started with profiling off (`ncu --profile-from-start
+    /// off`, Nsight Systems' `--capture-range=cudaProfilerApi`) records only the region in
+    /// between. Without a profiler attached the calls do nothing.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// let d = cuda_core::Device::new(0)?;
+    /// d.profile(true)?; // ... the work to profile ...
+    /// d.profile(false)?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// Driver errors.
+    pub fn profile(&self, on: bool) -> Result<()> {
+        self.bind()?;
+        // SAFETY: `bind` made this device's primary context current on this thread.
+        unsafe { result::profiler(on) }
+    }
+
     /// The `--gpu-architecture` value NVRTC should compile for, e.g. `sm_90`.
     ///
     /// # Errors

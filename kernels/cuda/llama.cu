@@ -105,37 +105,46 @@ struct AttnShape {
 #define ATTN_SPLITS 16
 
 // Split-K decode attention (as flash-decoding): block (kv head, row, split z) handles one slice of
-// the row's positions 0..=pos. Every block rotates the row's queries of that key/value head and
-// its new key (position pos, which no block reads from the cache: the new key and value are used
-// from shared memory), split 0 appends key and value to the cache at (slots[b], pos), each block
-// writes its softmax partial (max, sum, weighted values) to `partial`, and the last block of the
-// (row, head) to finish — counted in `counters`, which it resets — combines the partials into
-// out[b][head][:] in bf16.
+// the row's positions 0..=pos; the launcher picks the number of splits S = gridDim.z (1 to
+// ATTN_SPLITS) so that batch * kv_heads * S blocks fill the GPU. Every block rotates the row's
+// queries of that key/value head and its new key (position pos, which no block reads from the
+// cache: the new key and value are used from shared memory), split 0 appends key and value to the
+// cache at (slots[b], pos). Inside a block each warp takes tiles of 32 positions: lane i scores
+// position tile + i against every query of the group (16-byte key loads), the warp updates its
+// online softmax, then accumulates the tile's values (lane owns dims lane + 32 j). The warps meet
+// in shared memory. With S == 1 the block writes out[b][head][:] in bf16 directly; otherwise each
+// block writes its softmax partial (max, sum, weighted values) to `partial`, and the last block of
+// the (row, head) to finish — counted in `counters`, which it resets — combines the partials.
 //
 // qkv[b] = [q (heads*hd) | k (kv_heads*hd) | v (kv_heads*hd)] (one GEMM over the stacked
 // weights); caches k_cache/v_cache[slot][kv_head][pos][hd]; inv_freq[hd/2] the rotary
 // frequencies; partial[batch][kv_heads][ATTN_SPLITS][group * (hd + 2)]; counters[batch][kv_heads]
 // (zero between launches). Slot 0xffffffff marks an inactive row (zero output); any other slot
 // >= slots or a position >= max_seq writes nothing to the cache and NaN to the row's output.
-// Block: ATTN_WARPS * 32 threads; grid (kv_heads, batch, ATTN_SPLITS). The launcher keeps
-// batch <= 65535 (gridDim.y), kv_heads <= 2^31 - 1 and max_seq <= 2^31 - 1, so the 32-bit position
-// arithmetic below (len + ATTN_SPLITS - 1, p += ATTN_WARPS) cannot wrap; buffer offsets are 64-bit.
-extern "C" __global__ void rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache,
+// Block: ATTN_WARPS * 32 threads; grid (kv_heads, batch, S). The launcher keeps batch <= 65535
+// (gridDim.y), kv_heads <= 2^31 - 1 and max_seq <= 2^31 - 1, so the 32-bit position arithmetic
+// below (len + S - 1, t += ATTN_WARPS * 32) cannot wrap; buffer offsets are 64-bit.
+template <unsigned G, unsigned HD>
+__device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache,
                                                const unsigned* slots, const unsigned* positions,
                                                const float* inv_freq, bf16_t* out, float* partial,
                                                unsigned* counters, AttnShape s) {
-    __shared__ float q_s[MAX_GROUP][MAX_HD];
-    __shared__ float kn_s[MAX_HD], vn_s[MAX_HD];
-    __shared__ float m_s[ATTN_WARPS][MAX_GROUP];
-    __shared__ float l_s[ATTN_WARPS][MAX_GROUP];
-    __shared__ float acc_s[ATTN_WARPS][MAX_GROUP][MAX_HD];
+    __shared__ __align__(16) float q_s[G][HD];
+    __shared__ float kn_s[HD], vn_s[HD];
+    __shared__ float m_s[ATTN_WARPS][G];
+    __shared__ float l_s[ATTN_WARPS][G];
+    // Each warp's tile of values during the position loop ([ATTN_WARPS][32][HD] bf16), then
+    // (after a barrier) the warps' accumulators ([ATTN_WARPS][G][HD] f32).
+    constexpr unsigned VT_BYTES = ATTN_WARPS * 32 * HD * 2, ACC_BYTES = ATTN_WARPS * G * HD * 4;
+    __shared__ __align__(16) unsigned char tile_s[VT_BYTES > ACC_BYTES ? VT_BYTES : ACC_BYTES];
+    auto acc_s = (float (*)[G][HD])tile_s;
     __shared__ bool last_s;
 
     // Launched overlapped (Function::launch_overlapped): wait for the kernel ahead (it writes
     // qkv) before touching memory.
     PDL_LAUNCH();
     PDL_WAIT();
-    unsigned kvh = blockIdx.x, b = blockIdx.y, z = blockIdx.z;
+    unsigned kvh = blockIdx.x, b = blockIdx.y, z = blockIdx.z, splits = gridDim.z;
     if (kvh >= s.kv_heads || b >= s.batch || z >= ATTN_SPLITS) return;
     unsigned hd = s.head_dim, half = hd / 2, group = s.heads / s.kv_heads;
     size_t qkv_row = ((size_t)s.heads + 2 * (size_t)s.kv_heads) * hd;
@@ -147,7 +156,7 @@ extern "C" __global__ void rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cach
             for (unsigned i = threadIdx.x; i < group * hd; i += blockDim.x) o[i] = 0;
         return;
     }
-    if (slot >= s.slots || pos >= s.max_seq) {
+    if (slot >= s.slots || pos >= s.max_seq || group > G || hd > HD) { // (the launcher picks G, HD)
         if (z == 0)
             for (unsigned i = threadIdx.x; i < group * hd; i += blockDim.x) o[i] = NAN_BF16;
         return;
@@ -178,61 +187,109 @@ extern "C" __global__ void rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cach
         }
     }
 
-    unsigned len = pos + 1, chunk = (len + ATTN_SPLITS - 1) / ATTN_SPLITS;
+    unsigned len = pos + 1, chunk = (len + splits - 1) / splits;
     unsigned lo = min(len, z * chunk), hi = min(len, lo + chunk);
     unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    unsigned per_lane = hd / 32; // lane handles d = lane + 32 * j
-    float m[MAX_GROUP], l[MAX_GROUP], acc[MAX_GROUP][MAX_HD / 32];
+    unsigned per_lane = hd / 32, nvec = hd / 8; // values: lane owns d = lane + 32 * j
+    float m[G], l[G], acc[G][HD / 32];
 #pragma unroll
-    for (unsigned g = 0; g < MAX_GROUP; ++g) {
+    for (unsigned g = 0; g < G; ++g) {
         m[g] = -INFINITY;
         l[g] = 0.f;
 #pragma unroll
-        for (unsigned j = 0; j < MAX_HD / 32; ++j) acc[g][j] = 0.f;
+        for (unsigned j = 0; j < HD / 32; ++j) acc[g][j] = 0.f;
     }
-    for (unsigned p = lo + warp; p < hi; p += ATTN_WARPS) {
-        float kv[MAX_HD / 32], vv[MAX_HD / 32];
-        const bf16_t* kp = k_cache + head_base + (size_t)p * hd;
-        const bf16_t* vp = v_cache + head_base + (size_t)p * hd;
+    const bf16_t* kc = k_cache + head_base;
+    const bf16_t* vc = v_cache + head_base;
+    bf16_t(*vt)[HD] = (bf16_t(*)[HD])tile_s + warp * 32; // this warp's [32][HD]
+    for (unsigned t = lo + warp * 32; t < hi; t += ATTN_WARPS * 32) {
+        // Lane i takes position t + i (every tile has at least lane 0's position): its key and
+        // value rows in one round of 16-byte loads; the values go to the warp's tile.
+        unsigned p = t + lane;
+        bool valid = p < hi;
+        float dots[G];
 #pragma unroll
-        for (unsigned j = 0; j < MAX_HD / 32; ++j) {
-            unsigned d = lane + 32 * j;
-            bool in = j < per_lane;
-            kv[j] = !in ? 0.f : (p == pos ? kn_s[d] : bf2f(kp[d]));
-            vv[j] = !in ? 0.f : (p == pos ? vn_s[d] : bf2f(vp[d]));
-        }
-        float dots[MAX_GROUP];
+        for (unsigned g = 0; g < G; ++g) dots[g] = 0.f;
+        if (valid && p != pos) {
+            const uint4* kp = (const uint4*)(kc + (size_t)p * hd);
+            const uint4* vp = (const uint4*)(vc + (size_t)p * hd);
+            uint4 kv4[HD / 8];
 #pragma unroll
-        for (unsigned g = 0; g < MAX_GROUP; ++g) {
-            float dot = 0.f;
-            if (g < group) {
-#pragma unroll
-                for (unsigned j = 0; j < MAX_HD / 32; ++j)
-                    if (j < per_lane) dot += q_s[g][lane + 32 * j] * kv[j];
+            for (unsigned c = 0; c < HD / 8; ++c) {
+                if (c < nvec) {
+                    kv4[c] = kp[c];
+                    // The value row straight into the tile (no registers held).
+                    unsigned dst = (unsigned)__cvta_generic_to_shared((uint4*)vt[lane] + c);
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(vp + c) : "memory");
+                }
             }
-            dots[g] = dot;
+#pragma unroll
+            for (unsigned c = 0; c < HD / 8; ++c) {
+                if (c >= nvec) break;
+                const bf16_t* e = (const bf16_t*)&kv4[c];
+#pragma unroll
+                for (unsigned g = 0; g < G; ++g) {
+                    if (g >= group) break;
+                    float4 qa = *(const float4*)&q_s[g][8 * c], qb = *(const float4*)&q_s[g][8 * c + 4];
+                    dots[g] += qa.x * bf2f(e[0]) + qa.y * bf2f(e[1]) + qa.z * bf2f(e[2]) + qa.w * bf2f(e[3]) +
+                               qb.x * bf2f(e[4]) + qb.y * bf2f(e[5]) + qb.z * bf2f(e[6]) + qb.w * bf2f(e[7]);
+                }
+            }
+        } else if (valid) { // the new key and value, from shared memory
+            for (unsigned d = 0; d < hd; ++d) {
+                float kd = kn_s[d];
+                vt[lane][d] = f2bf(vn_s[d]); // exact: vn_s holds bf16 values
+#pragma unroll
+                for (unsigned g = 0; g < G; ++g)
+                    if (g < group) dots[g] += q_s[g][d] * kd;
+            }
         }
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncwarp();
+        // Online softmax over the tile, per query head.
+        float w[G];
 #pragma unroll
-        for (unsigned g = 0; g < MAX_GROUP; ++g) {
+        for (unsigned g = 0; g < G; ++g) {
             if (g >= group) break;
-            float dot = warp_sum(dots[g]);
-            float m_new = fmaxf(m[g], dot);
-            float corr = __expf(m[g] - m_new), w = __expf(dot - m_new);
-            l[g] = l[g] * corr + w;
+            float sc = valid ? dots[g] : -INFINITY;
+            float m_new = fmaxf(m[g], warp_max(sc));
+            float corr = __expf(m[g] - m_new);
+            w[g] = valid ? __expf(sc - m_new) : 0.f;
+            l[g] = l[g] * corr + warp_sum(w[g]);
 #pragma unroll
-            for (unsigned j = 0; j < MAX_HD / 32; ++j) acc[g][j] = acc[g][j] * corr + w * vv[j];
+            for (unsigned j = 0; j < HD / 32; ++j) acc[g][j] *= corr;
             m[g] = m_new;
         }
+        // Values: every lane walks the tile's positions in shared memory, owning its dims.
+        unsigned n = min(32u, hi - t);
+        for (unsigned i = 0; i < n; ++i) {
+            float vv[HD / 32];
+#pragma unroll
+            for (unsigned j = 0; j < HD / 32; ++j) vv[j] = j < per_lane ? bf2f(vt[i][lane + 32 * j]) : 0.f;
+#pragma unroll
+            for (unsigned g = 0; g < G; ++g) {
+                if (g >= group) break;
+                float wi = __shfl_sync(0xffffffffu, w[g], i);
+#pragma unroll
+                for (unsigned j = 0; j < HD / 32; ++j) acc[g][j] += wi * vv[j];
+            }
+        }
+        __syncwarp(); // the tile is read before the next one overwrites it
     }
-    for (unsigned g = 0; g < group; ++g) {
+    __syncthreads(); // every warp is done with its value tile: the space becomes acc_s
+#pragma unroll
+    for (unsigned g = 0; g < G; ++g) { // constant indices: the arrays stay in registers
+        if (g >= group) break;
         if (lane == 0) {
             m_s[warp][g] = m[g];
             l_s[warp][g] = l[g];
         }
-        for (unsigned j = 0; j < per_lane; ++j) acc_s[warp][g][lane + 32 * j] = acc[g][j];
+#pragma unroll
+        for (unsigned j = 0; j < HD / 32; ++j)
+            if (j < per_lane) acc_s[warp][g][lane + 32 * j] = acc[g][j];
     }
     __syncthreads();
-    // This block's partial: per query head, the max, the sum and the weighted values.
+    // This block's softmax over its slice: per query head, the max, the sum and the weighted values.
     unsigned stride = group * (hd + 2);
     float* part = partial + (((size_t)b * s.kv_heads + kvh) * ATTN_SPLITS) * stride;
     for (unsigned idx = threadIdx.x; idx < group * hd; idx += blockDim.x) {
@@ -246,6 +303,10 @@ extern "C" __global__ void rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cach
             num += f * acc_s[w][g][d];
             den += f * l_s[w][g];
         }
+        if (splits == 1) { // the whole row: the output
+            o[(size_t)g * hd + d] = f2bf(num / den);
+            continue;
+        }
         float* pz = part + (size_t)z * stride + g * (hd + 2);
         pz[d] = num;
         if (d == 0) {
@@ -253,12 +314,13 @@ extern "C" __global__ void rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cach
             pz[hd + 1] = den;
         }
     }
+    if (splits == 1) return;
     // The last block of this (row, head) to finish combines the partials.
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned* cnt = counters + (size_t)b * s.kv_heads + kvh;
-        last_s = atomicAdd(cnt, 1u) == ATTN_SPLITS - 1;
+        last_s = atomicAdd(cnt, 1u) == splits - 1;
         if (last_s) *cnt = 0; // every block of this launch has counted: ready for the next
     }
     __syncthreads();
@@ -266,20 +328,37 @@ extern "C" __global__ void rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cach
     __threadfence();
     for (unsigned idx = threadIdx.x; idx < group * hd; idx += blockDim.x) {
         unsigned g = idx / hd, d = idx % hd;
+        float mz[ATTN_SPLITS];
         float mx = -INFINITY;
-        for (unsigned zz = 0; zz < ATTN_SPLITS; ++zz) mx = fmaxf(mx, __ldcg(part + (size_t)zz * stride + g * (hd + 2) + hd));
-        float num = 0.f, den = 0.f;
+#pragma unroll
         for (unsigned zz = 0; zz < ATTN_SPLITS; ++zz) {
+            mz[zz] = zz < splits ? __ldcg(part + (size_t)zz * stride + g * (hd + 2) + hd) : -INFINITY;
+            mx = fmaxf(mx, mz[zz]);
+        }
+        float num = 0.f, den = 0.f;
+#pragma unroll
+        for (unsigned zz = 0; zz < ATTN_SPLITS; ++zz) {
+            if (mz[zz] == -INFINITY) continue; // an empty slice (or past the splits)
             const float* pz = part + (size_t)zz * stride + g * (hd + 2);
-            float mz = __ldcg(pz + hd);
-            if (mz == -INFINITY) continue; // an empty slice
-            float f = __expf(mz - mx);
+            float f = __expf(mz[zz] - mx);
             num += f * __ldcg(pz + d);
             den += f * __ldcg(pz + hd + 1);
         }
         o[(size_t)g * hd + d] = f2bf(num / den);
     }
 }
+
+// The instantiations: any shape within the limits, and the Llama 3.2 one (group <= 4, head_dim
+// <= 64) with half the registers.
+#define ROPE_ATTENTION_KERNEL(NAME, G, HD)                                                               \
+    extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32)                                       \
+        NAME(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, const unsigned* slots,                 \
+             const unsigned* positions, const float* inv_freq, bf16_t* out, float* partial,             \
+             unsigned* counters, AttnShape s) {                                                          \
+        rope_attention<G, HD>(qkv, k_cache, v_cache, slots, positions, inv_freq, out, partial, counters, s); \
+    }
+ROPE_ATTENTION_KERNEL(rope_attention_bf16, MAX_GROUP, MAX_HD)
+ROPE_ATTENTION_KERNEL(rope_attention_g4_hd64_bf16, 4, 64)
 
 // Greedy argmax in two launches. A (logit, index) pair is packed into 64 bits so that the larger
 // logit wins and, between equal logits, the smaller index: (orderable float bits << 32) |

@@ -166,10 +166,13 @@ impl AttnShape {
 pub struct LlamaKernels {
     device: Device,
     max_blocks: u32,
+    sms: u32,
     embed: Function,
     rmsnorm: Function,
     silu_mul: Function,
     attention: Function,
+    /// The same kernel compiled for `group <= 4`, `head_dim <= 64` (half the registers).
+    attention_small: Function,
     argmax_partial: Function,
     argmax_final: Function,
     randn: Function,
@@ -188,10 +191,12 @@ impl LlamaKernels {
             Ok(LlamaKernels {
                 device: *device,
                 max_blocks: device.multiprocessor_count()?.saturating_mul(8).max(1),
+                sms: device.multiprocessor_count()?.max(1),
                 embed: m.function("embed_bf16")?,
                 rmsnorm: m.function("rmsnorm_bf16")?,
                 silu_mul: m.function("silu_mul_bf16")?,
                 attention: m.function("rope_attention_bf16")?,
+                attention_small: m.function("rope_attention_g4_hd64_bf16")?,
                 argmax_partial: m.function("argmax_partial_f32")?,
                 argmax_final: m.function("argmax_final")?,
                 randn: m.function("randn_bf16")?,
@@ -401,12 +406,19 @@ impl LlamaKernels {
         if batch == 0 {
             return Ok(());
         }
+        // Splits per (row, head): enough blocks for about two per multiprocessor, at most
+        // ATTN_SPLITS (1 when the rows alone fill the GPU: no partials, no combining).
+        let blocks = shape.kv_heads as usize * batch;
+        let splits = (2 * self.sms as usize).div_ceil(blocks).clamp(1, ATTN_SPLITS) as u32;
         let cfg = LaunchConfig {
-            grid: (shape.kv_heads, shape.batch, ATTN_SPLITS as u32),
+            grid: (shape.kv_heads, shape.batch, splits),
             block: (ATTN_WARPS * 32, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: matches `rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cache, bf16_t*
+        // The kernel compiled for the Llama 3.2 group and head size, where the shape fits it.
+        let small = shape.heads / shape.kv_heads <= 4 && shape.head_dim <= 64;
+        let f = if small { &self.attention_small } else { &self.attention };
+        // SAFETY: both kernels match `rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cache, bf16_t*
         // v_cache, const unsigned* slots, const unsigned* positions, const float* inv_freq,
         // bf16_t* out, float* partial, unsigned* counters, AttnShape)`; every length was checked
         // against `shape` above, and the kernel checks slots[b] < slots and positions[b] < max_seq
@@ -417,7 +429,7 @@ impl LlamaKernels {
         // within a row only split 0 writes position pos, which no block reads from the cache.
         // Overlapped launch: every block runs PDL_WAIT() before touching memory.
         unsafe {
-            self.attention.launch_overlapped(
+            f.launch_overlapped(
                 s,
                 cfg,
                 (qkv, k_cache, v_cache, slots, positions, inv_freq, out, partial, counters, shape),

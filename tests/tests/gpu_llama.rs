@@ -602,6 +602,64 @@ fn fused_products_match_host() -> TestResult {
     Ok(())
 }
 
+/// A row's logits depend only on the row and its bucket's kernels: 20 sequences decoded together
+/// in bucket 32 (cuBLAS products, one attention split per row at the 1B shape's block count or
+/// several here) and each sequence replayed alone in bucket 32 (`step_in_bucket`, 31 padding rows)
+/// give bit-identical logits and tokens at every position; the same at bucket 4 (fused products).
+/// Refuses a bucket that is not configured or too small. This is what `llama-server` relies on
+/// to check served tokens exactly. Mutation it catches: a step that reads another row's slot or
+/// position (e.g. `slots[0]` for every row in `rope_attention`) changes the batched logits.
+fn rows_equal_alone_in_their_bucket() -> TestResult {
+    let s = stream()?;
+    let opts = ModelOptions { slots: 24, max_seq: 16, buckets: vec![1, 4, 32], ..Default::default() };
+    let mut m = random_model(&s, opts)?;
+    let vocab = m.config().vocab as u32;
+    ensure(m.step_in_bucket(&[Row { slot: 0, position: 0, token: 1 }], 8).is_err(), "bucket 8 accepted")?;
+    ensure(
+        m.step_in_bucket(
+            &[Row { slot: 0, position: 0, token: 1 }, Row { slot: 1, position: 0, token: 1 }],
+            1,
+        )
+        .is_err(),
+        "two rows in bucket 1 accepted",
+    )?;
+    for (rows, bucket) in [(20usize, 32usize), (3, 4)] {
+        for slot in 0..rows as u32 {
+            m.release_slot(slot)?;
+        }
+        // Rows start at different positions: row r joins at step r % 3.
+        let mut tokens: Vec<u32> = (0..rows as u32).map(|r| (r * 37 + 5) % vocab).collect();
+        let mut fed: Vec<Vec<u32>> = vec![Vec::new(); rows];
+        let mut batched: Vec<Vec<Vec<f32>>> = vec![Vec::new(); rows];
+        let v = vocab as usize;
+        for step in 0..8usize {
+            let live: Vec<usize> = (0..rows).filter(|r| step >= r % 3).collect();
+            let batch: Vec<Row> = live
+                .iter()
+                .map(|&r| Row { slot: r as u32, position: fed[r].len() as u32, token: tokens[r] })
+                .collect();
+            let next = m.step_in_bucket(&batch, bucket)?;
+            let l = m.last_logits()?;
+            for (i, &r) in live.iter().enumerate() {
+                fed[r].push(tokens[r]);
+                batched[r].push(l[i * v..(i + 1) * v].to_vec());
+                tokens[r] = next[i];
+            }
+        }
+        for r in 0..rows {
+            m.release_slot(r as u32)?;
+            for (p, &tok) in fed[r].iter().enumerate() {
+                m.step_in_bucket(&[Row { slot: r as u32, position: p as u32, token: tok }], bucket)?;
+                ensure(
+                    m.last_logits()? == batched[r][p],
+                    format!("bucket {bucket}: row {r} position {p} alone differs from the batch"),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("hf_reference_small", hf_reference_small)
@@ -611,6 +669,7 @@ fn main() {
         .gpu("graph_cache_budget_and_padding", graph_cache_budget_and_padding)
         .gpu("refusals", refusals)
         .gpu("kernel_guards", kernel_guards)
-        .gpu("cancelled_step_keeps_slots_intact", cancelled_step_keeps_slots_intact);
+        .gpu("cancelled_step_keeps_slots_intact", cancelled_step_keeps_slots_intact)
+        .gpu("rows_equal_alone_in_their_bucket", rows_equal_alone_in_their_bucket);
     s.run()
 }

@@ -47,6 +47,11 @@ struct Args {
     torch_modes: String,
     #[arg(long, default_value = "python3")]
     python: String,
+    /// Profile instead of timing: for each batch, fill the context, then run one graph step with
+    /// an attached profiler's collection on (`Device::profile`; run under `ncu
+    /// --profile-from-start off`), and exit.
+    #[arg(long)]
+    profile: bool,
 }
 
 const HBM_BYTES_PER_S: f64 = 3.35e12;
@@ -143,6 +148,19 @@ fn main() -> Result<()> {
     let mut m = LlamaModel::new(&stream, cfg.clone(), w, opts)?;
     m.capture_all()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    if a.profile {
+        for &b in &a.batches {
+            decode(&mut m, &rt, b, a.context, 1, 1, 0)?;
+            let rows: Vec<Row> = (0..b as u32)
+                .map(|s| Row { slot: s, position: m.slot_len(s).unwrap_or(0), token: 7 })
+                .collect();
+            dev.profile(true)?;
+            m.step(&rows)?;
+            dev.profile(false)?;
+            println!("profiled one graph step at batch {b}");
+        }
+        return Ok(());
+    }
 
     // Correctness: slot 0 by graph replays, slot 1 by eager launches, same history.
     let (mut g, mut e) = (5u32, 5u32);

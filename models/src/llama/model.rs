@@ -436,12 +436,31 @@ impl LlamaModel {
         Ok(())
     }
 
-    /// Checks `rows` and returns the bucket to run them in.
-    fn check_rows(&self, rows: &[Row]) -> Result<usize> {
+    /// The bucket a step of `rows` rows runs in: the smallest configured bucket that holds them.
+    ///
+    /// # Errors
+    /// More rows than the largest bucket ([`DeviceError::Shape`]).
+    pub fn bucket_of(&self, rows: usize) -> Result<usize> {
+        self.bucket_for(rows)
+    }
+
+    /// Checks `rows` and returns the bucket to run them in: `bucket` if given (it must be a
+    /// configured bucket that holds them), else the smallest that holds them.
+    fn check_rows(&self, rows: &[Row], bucket: Option<usize>) -> Result<usize> {
         if rows.is_empty() {
             return Err(misuse("a step needs at least one row".into()));
         }
-        let bucket = self.bucket_for(rows.len())?;
+        let bucket = match bucket {
+            None => self.bucket_for(rows.len())?,
+            Some(b) if b >= rows.len() && self.opts.buckets.contains(&b) => b,
+            Some(b) => {
+                return Err(misuse(format!(
+                    "bucket {b} is not a configured bucket ({:?}) holding {} rows",
+                    self.opts.buckets,
+                    rows.len()
+                )))
+            }
+        };
         let mut seen = vec![false; self.opts.slots];
         for r in rows {
             let Some(len) = self.filled.get(r.slot as usize) else {
@@ -477,8 +496,12 @@ impl LlamaModel {
 
     /// Checks the rows, captures their bucket if needed, stages them, and returns the step's op
     /// (copies in, replay, copy out) with the bucket size.
-    fn stage(&mut self, rows: &[Row]) -> Result<(usize, impl DeviceOp<Output = ()> + '_)> {
-        let batch = self.check_rows(rows)?;
+    fn stage(
+        &mut self,
+        rows: &[Row],
+        bucket: Option<usize>,
+    ) -> Result<(usize, impl DeviceOp<Output = ()> + '_)> {
+        let batch = self.check_rows(rows, bucket)?;
         self.ensure(batch)?;
         self.last_rows = Some((batch, rows.len()));
         let b = self.buckets.get_mut(&batch).ok_or_else(|| misuse("bucket vanished".into()))?;
@@ -520,7 +543,23 @@ impl LlamaModel {
     /// largest bucket); capture, copy and driver errors.
     pub fn step(&mut self, rows: &[Row]) -> Result<Vec<u32>> {
         let stream = self.stream.clone();
-        let (n, op) = self.stage(rows)?;
+        let (n, op) = self.stage(rows, None)?;
+        op.sync_on(&stream)?;
+        self.commit(rows);
+        self.read_next(n)
+    }
+
+    /// [`LlamaModel::step`] in a given bucket (padded with inactive rows) instead of the smallest
+    /// that holds the rows. A row's result depends only on the row and the bucket's kernels, not
+    /// on the other rows: a sequence replayed alone in the buckets it was served in gives its
+    /// served tokens bit for bit (`llama-server` checks this).
+    ///
+    /// # Errors
+    /// `bucket` not one of [`ModelOptions::buckets`] or smaller than `rows.len()`
+    /// ([`DeviceError::Shape`]); as for [`LlamaModel::step`].
+    pub fn step_in_bucket(&mut self, rows: &[Row], bucket: usize) -> Result<Vec<u32>> {
+        let stream = self.stream.clone();
+        let (n, op) = self.stage(rows, Some(bucket))?;
         op.sync_on(&stream)?;
         self.commit(rows);
         self.read_next(n)
@@ -533,7 +572,7 @@ impl LlamaModel {
     /// As for [`LlamaModel::step`].
     pub async fn step_async(&mut self, rows: &[Row]) -> Result<Vec<u32>> {
         let stream = self.stream.clone();
-        let (n, op) = self.stage(rows)?;
+        let (n, op) = self.stage(rows, None)?;
         op.on(&stream).await?;
         self.commit(rows);
         self.read_next(n)
@@ -545,7 +584,7 @@ impl LlamaModel {
     /// # Errors
     /// As for [`LlamaModel::step`].
     pub fn step_eager(&mut self, rows: &[Row]) -> Result<Vec<u32>> {
-        let batch = self.check_rows(rows)?;
+        let batch = self.check_rows(rows, None)?;
         self.ensure(batch)?;
         self.last_rows = Some((batch, rows.len()));
         let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, gemv, stream, buckets, .. } = self;

@@ -9,6 +9,30 @@ pub(crate) fn init() -> Result<()> {
     check(unsafe { sys::cuInit(0) }, "initialising the CUDA driver (cuInit)")
 }
 
+/// `cuProfilerStart` (`start`) or `cuProfilerStop`: starts or stops collection by an attached
+/// profiler in the current context.
+///
+/// # Safety
+/// A context is current on the calling thread.
+pub(crate) unsafe fn profiler(start: bool) -> Result<()> {
+    // SAFETY: the caller made a context current; the calls take no arguments.
+    let r = unsafe {
+        if start {
+            sys::cuProfilerStart()
+        } else {
+            sys::cuProfilerStop()
+        }
+    };
+    check(
+        r,
+        if start {
+            "starting the profiler (cuProfilerStart)"
+        } else {
+            "stopping the profiler (cuProfilerStop)"
+        },
+    )
+}
+
 /// `cuDeviceGetCount`.
 pub(crate) fn device_get_count() -> Result<i32> {
     let mut n = 0;

@@ -243,6 +243,8 @@ def build(c, device, dtype, seed, weights="auto", shape=None):
             model = from_hf(c, hf, device, dtype)
             desc = f"transformers LlamaForCausalLM under torch.manual_seed({seed}) (as torch_decode_bench.py)"
             del hf
+            if device == "cuda":
+                torch.cuda.empty_cache()
         except ImportError:
             if weights == "hf":
                 raise

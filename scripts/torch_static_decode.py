@@ -121,11 +121,15 @@ class RMSNorm(nn.Module):
 
 
 class KVCache(nn.Module):
-    def __init__(self, batch, max_seq, n_kv, head_dim, dtype):
+    def __init__(self, batch, max_seq, n_kv, head_dim, dtype, device):
         super().__init__()
         shape = (batch, n_kv, max_seq, head_dim)
-        self.register_buffer("k", torch.zeros(shape, dtype=dtype), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dtype), persistent=False)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        if self.k.is_cuda and hasattr(torch._dynamo, "mark_static_address"):
+            # updated in place at fixed addresses: CUDA graph trees keep them as static inputs
+            torch._dynamo.mark_static_address(self.k)
+            torch._dynamo.mark_static_address(self.v)
 
     def update(self, input_pos, k, v):
         # k, v [B, n_kv, T, D] written at positions input_pos [T]
@@ -205,7 +209,7 @@ class Transformer(nn.Module):
         dev, dtype = self.output.weight.device, self.output.weight.dtype
         self.max_seq = max_seq
         for layer in self.layers:
-            layer.attention.kv_cache = KVCache(batch, max_seq, self.c.n_kv, self.c.head_dim, dtype).to(dev)
+            layer.attention.kv_cache = KVCache(batch, max_seq, self.c.n_kv, self.c.head_dim, dtype, dev)
         pos = torch.arange(max_seq, device=dev, dtype=torch.float32)
         freqs = torch.outer(pos, rope_inv_freq(self.c).to(dev))
         emb = torch.cat((freqs, freqs), dim=-1)
@@ -382,6 +386,7 @@ def run_variant(model, c, a, variant, batch):
         step = torch.compile(decode_step, mode=mode, fullgraph=True, dynamic=False)
     tok, pos = tok0.clone(), torch.tensor([a.context], device=a.device)
     compiled = step is not decode_step
+    skips0 = cudagraph_skips()
     t = time.perf_counter()
     for _ in range(3 if compiled else 1):  # compile / warm up at position `context`
         if compiled:
@@ -390,6 +395,8 @@ def run_variant(model, c, a, variant, batch):
     sync(a.device)
     if compiled:
         res["compile_s"] = time.perf_counter() - t
+        if a.device == "cuda":  # > 0: Inductor ran the step without CUDA graphs (see its log)
+            res["cudagraph_skips"] = cudagraph_skips() - skips0
 
     def one():
         if compiled:
@@ -402,6 +409,15 @@ def run_variant(model, c, a, variant, batch):
 
     res["ms"], tokens = timed_loop(a, one)
     return res, tokens
+
+
+def cudagraph_skips():
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["inductor"]["cudagraph_skips"])
+    except (ImportError, KeyError, TypeError):
+        return 0
 
 
 def compare(tokens, ref):

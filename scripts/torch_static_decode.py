@@ -6,8 +6,10 @@ The model: fused q/k/v weight, RMSNorm, rotary embeddings with Llama-3 frequency
 Face's rotate-half layout, so its weights load unchanged), `scaled_dot_product_attention`, a static
 KV cache of preallocated tensors written at `input_pos` (`index_copy_`), SwiGLU, tied embeddings.
 Grouped-query attention in a decode step folds the query heads of one KV head into the query
-length (no copy of the cache); a prompt from position 0 attends to its own keys with
-`is_causal=True` (the flash backend), after writing them into the cache.
+length (no copy of the cache); as in gpt-fast, a decode step attends over the whole static cache
+with a causal mask (static shapes; the cache holds `context + steps * (reps + 1)` positions rounded
+up to 16, so early steps read masked positions too). A prompt from position 0 attends to its own
+keys with `is_causal=True` (the flash backend), after writing them into the cache.
 
 Weights: with transformers importable, those of `LlamaForCausalLM` built under
 `torch.manual_seed(seed)` on the device, as `scripts/torch_decode_bench.py` builds it (the same

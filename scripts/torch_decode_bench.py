@@ -111,7 +111,7 @@ def main():
     with torch.device("cuda"):
         model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
     res = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "shape": args.shape,
-           "context": args.context, "steps": args.steps}
+           "context": args.context, "steps": args.steps, "reps": args.reps}
     for mode in args.modes.split(","):
         res[mode] = {}
         for b in [int(x) for x in args.batches.split(",")]:

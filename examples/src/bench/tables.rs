@@ -12,9 +12,10 @@
 //! The begin marker names a JSON file of the same folder and optionally a view after it:
 //! nothing for a comparison report (`benchmark`/`meta`/`rows`: the rows with raw, framework,
 //! ratio, goal and met, then the metadata and the rows' notes), `decode` for `bench-decode`'s
-//! per-batch table against PyTorch, or a dotted path (`meta.bandwidth`, `buckets`) to an array of
-//! objects, shown with one column per key. [`fill`] rewrites every block of a page; [`diff`] shows
-//! what differs between the committed text and the generated one.
+//! per-batch table against PyTorch (in [`super::decode_view`]), or a dotted path
+//! (`meta.bandwidth`, `buckets`) to an array of objects, shown with one column per key. [`fill`]
+//! rewrites every block of a page; [`diff`] shows what differs between the committed text and the
+//! generated one.
 
 use super::runner::{fmt_value, Report, Row};
 use anyhow::{bail, Context, Result};
@@ -42,7 +43,7 @@ pub fn render(block: &Block, json: &Value) -> Result<String> {
                 .with_context(|| format!("{}: not a framework/raw report (name a view)", block.file))?;
             Ok(report_table(&r, &block.file))
         }
-        Some("decode") => decode_table(json, &block.file).with_context(what),
+        Some("decode") => super::decode_view::decode_table(json, &block.file).with_context(what),
         Some(path) => {
             let mut v = json;
             for key in path.split('.') {
@@ -195,7 +196,7 @@ fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 
-fn md_table(header: &[String], rows: &[Vec<String>]) -> String {
+pub(super) fn md_table(header: &[String], rows: &[Vec<String>]) -> String {
     let mut s = format!("| {} |\n", header.join(" | "));
     let _ = writeln!(s, "|{}", " --- |".repeat(header.len()));
     for r in rows {
@@ -204,7 +205,7 @@ fn md_table(header: &[String], rows: &[Vec<String>]) -> String {
     s
 }
 
-fn text(v: &Value) -> String {
+pub(super) fn text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Number(n) if n.as_f64() == Some(0.0) => "0".into(),
@@ -372,76 +373,6 @@ fn array_table(root: &Value, v: &Value, file: &str, path: &str) -> Result<String
         _ => {
             let _ = writeln!(s, "\nFrom `{path}` of [`{file}`]({file}).");
         }
-    }
-    Ok(s)
-}
-
-/// `bench-decode`: ms per token by batch, this project against PyTorch from the same run.
-fn decode_table(j: &Value, file: &str) -> Result<String> {
-    let num = |v: Option<&Value>| v.and_then(Value::as_f64);
-    let ms = |v: Option<f64>| v.map_or("—".into(), |x| format!("{x:.3}"));
-    let torch = j.get("torch");
-    let torch_ms = |mode: &str, batch: &str| num(torch.and_then(|t| t.get(mode)?.get(batch)?.get("ms")));
-    let faster =
-        |theirs: Option<f64>, ours: f64| theirs.map_or("—".into(), |t| format!("{:.2}× faster", t / ours));
-    let rows = j.get("rows").and_then(Value::as_array).context("no `rows` array")?;
-    let mut out = Vec::new();
-    for r in rows {
-        let batch = r.get("batch").context("a row without `batch`")?.to_string();
-        let graph = num(r.get("graph_ms")).context("a row without `graph_ms`")?;
-        let (cg, compile) = (torch_ms("cudagraph", &batch), torch_ms("compile", &batch));
-        out.push(vec![
-            batch.clone(),
-            format!("**{graph:.3}**"),
-            ms(num(r.get("eager_ms"))),
-            ms(torch_ms("eager", &batch)),
-            ms(cg),
-            ms(compile),
-            faster(cg, graph),
-            faster(compile, graph),
-            ms(num(r.get("floor_ms"))),
-            num(r.get("floor_share")).map_or("—".into(), |x| format!("{:.1}%", x * 100.0)),
-        ]);
-    }
-    let header = [
-        "batch",
-        "this project (graph)",
-        "eager launches",
-        "PyTorch eager",
-        "PyTorch CUDA graph",
-        "`torch.compile`",
-        "vs CUDA graph",
-        "vs compile",
-        "bandwidth floor",
-        "share of floor",
-    ]
-    .map(String::from);
-    let mut s = md_table(&header, &out);
-    let str_of = |v: Option<&Value>| v.map_or("—".into(), text);
-    let _ = write!(
-        s,
-        "\n`bench-decode` on {}, shape {}, context {}, {} steps, median of {} repetitions; PyTorch {} \
-         on {}. JSON: [`{file}`]({file}).\n",
-        str_of(j.get("gpu")),
-        str_of(j.get("shape")),
-        str_of(j.get("context")),
-        str_of(j.get("steps")),
-        str_of(j.get("reps")),
-        str_of(torch.and_then(|t| t.get("torch"))),
-        str_of(torch.and_then(|t| t.get("gpu"))),
-    );
-    let scalars: Vec<String> = j
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(k, v)| {
-            !["bench", "gpu", "shape", "context", "steps", "reps"].contains(&k.as_str()) && !v.is_object()
-        })
-        .filter(|(_, v)| !v.is_array())
-        .map(|(k, v)| format!("`{k}` {}", text(v)))
-        .collect();
-    if !scalars.is_empty() {
-        let _ = writeln!(s, "Other figures of the run: {}.", scalars.join(", "));
     }
     Ok(s)
 }

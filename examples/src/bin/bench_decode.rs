@@ -6,8 +6,14 @@
 //! served token. Reported beside it: eager launches of the same step, capture time and memory per
 //! bucket, the share of the HBM bandwidth floor (weights + KV bytes read per step / 3.35 TB/s),
 //! and at batch 1 the step awaited from tokio vs the blocking step. With Python and torch present,
-//! `scripts/torch_decode_bench.py` runs the same model in PyTorch eager, with a CUDA graph and with
-//! `torch.compile(mode="reduce-overhead")` in the same process tree, and its figures join the JSON.
+//! two PyTorch baselines run in the same process tree with the same steps and repetitions, and
+//! their figures join the JSON: `scripts/torch_decode_bench.py` (key `torch`) decodes Hugging
+//! Face transformers' `LlamaForCausalLM` eager, with a CUDA graph and with
+//! `torch.compile(mode="reduce-overhead")`; `scripts/torch_static_decode.py` (key `gpt_fast`) is
+//! PyTorch at its best — a hand-written static-cache Llama in the style of gpt-fast, eager, as a
+//! CUDA graph, with `torch.compile` reduce-overhead and max-autotune (within a time limit), its
+//! tokens checked against its own eager run, and its time to first token for 128/512/2048-token
+//! prompts.
 //!
 //! Correctness (detects skipped work): graph and eager steps fed the same history choose the
 //! same tokens, and every timed step's tokens are valid ids.
@@ -52,6 +58,17 @@ struct Args {
     /// --profile-from-start off`), and exit.
     #[arg(long)]
     profile: bool,
+    /// Variants of the gpt-fast style PyTorch baseline (`scripts/torch_static_decode.py`); empty
+    /// skips it.
+    #[arg(long, default_value = "eager,cuda_graph,compile_reduce_overhead,compile_max_autotune")]
+    torch_static_variants: String,
+    /// Seconds per batch size that `torch.compile(mode="max-autotune")` may take (compile and
+    /// run) before it is reported as skipped.
+    #[arg(long, default_value_t = 240)]
+    torch_autotune_limit_s: u64,
+    /// Prompt lengths of PyTorch's time-to-first-token measurement (batch 1); empty skips it.
+    #[arg(long, default_value = "128,512,2048")]
+    torch_ttft: String,
 }
 
 const HBM_BYTES_PER_S: f64 = 3.35e12;
@@ -129,6 +146,57 @@ fn park_wake_latency_us(wait: std::time::Duration) -> f64 {
         lat.push(sleeper.join().unwrap_or_default().as_secs_f64() * 1e6);
     }
     median(lat)
+}
+
+/// Runs `scripts/torch_static_decode.py` (the gpt-fast style PyTorch baseline) when it exists
+/// and variants are asked for; its JSON, or `null` when it did not run (no Python or torch).
+fn torch_static(a: &Args, batches: &str) -> Result<serde_json::Value> {
+    let script = "scripts/torch_static_decode.py";
+    if a.torch_static_variants.is_empty() || !std::path::Path::new(script).exists() {
+        return Ok(serde_json::Value::Null);
+    }
+    let out = std::env::temp_dir().join(format!("torch-static-{}.json", std::process::id()));
+    let st = std::process::Command::new(&a.python)
+        .args([script, "--json", &out.display().to_string(), "--shape", if a.small { "small" } else { "1b" }])
+        .args(["--batches", batches, "--context", &a.context.to_string(), "--steps", &a.steps.to_string()])
+        .args(["--reps", &a.reps.to_string(), "--variants", &a.torch_static_variants])
+        .args(["--autotune-limit", &a.torch_autotune_limit_s.to_string(), "--ttft", &a.torch_ttft])
+        .status();
+    // The script writes its JSON even when a variant fails; a crash leaves none.
+    let j: serde_json::Value = match (st, std::fs::read_to_string(&out)) {
+        (Ok(s), Ok(text)) => {
+            if !s.success() {
+                println!("PyTorch static-cache baseline exited with {s}; keeping what it wrote");
+            }
+            serde_json::from_str(&text)?
+        }
+        (st, _) => {
+            println!("PyTorch static-cache baseline not run: {st:?}");
+            return Ok(serde_json::Value::Null);
+        }
+    };
+    let _ = std::fs::remove_file(&out);
+    println!(
+        "{:>5} {:>14} {:>14} {:>16} {:>16}",
+        "batch", "static eager", "static graph", "reduce-overhead", "max-autotune"
+    );
+    for b in batches.split(',') {
+        let get = |v: &str| {
+            let e = &j["decode"][v][b];
+            e["ms"].as_f64().map_or_else(
+                || e.get("skipped").or(e.get("error")).map_or("-".into(), |x| x.to_string()),
+                |v| format!("{v:.3}"),
+            )
+        };
+        println!(
+            "{b:>5} {:>14} {:>14} {:>16} {:>16}",
+            get("eager"),
+            get("cuda_graph"),
+            get("compile_reduce_overhead"),
+            get("compile_max_autotune")
+        );
+    }
+    Ok(j)
 }
 
 fn main() -> Result<()> {
@@ -226,6 +294,7 @@ fn main() -> Result<()> {
         );
     }
     let mut torch = serde_json::Value::Null;
+    let mut gpt_fast = serde_json::Value::Null;
     if !a.no_torch {
         let out = std::env::temp_dir().join(format!("torch-decode-{}.json", std::process::id()));
         let batches = a.batches.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(",");
@@ -246,18 +315,21 @@ fn main() -> Result<()> {
                 &a.context.to_string(),
                 "--steps",
                 &a.steps.to_string(),
+                "--reps",
+                &a.reps.to_string(),
                 "--modes",
                 &a.torch_modes,
             ])
             .status();
         match st {
             Ok(s) if s.success() => torch = serde_json::from_str(&std::fs::read_to_string(&out)?)?,
-            other => println!("PyTorch baselines not run: {other:?}"),
+            other => println!("Hugging Face transformers baselines not run: {other:?}"),
         }
+        gpt_fast = torch_static(&a, &batches)?;
         if let serde_json::Value::Object(t) = &torch {
             println!(
                 "{:>5} {:>10} {:>12} {:>12} {:>12}",
-                "batch", "ours ms", "torch eager", "torch graph", "torch.compile"
+                "batch", "ours ms", "HF eager", "HF graph", "HF compile"
             );
             for r in &rows {
                 let b = r["batch"].to_string();
@@ -282,6 +354,7 @@ fn main() -> Result<()> {
         "bench": "decode", "gpu": dev.name(), "shape": if a.small { "small" } else { "llama-3.2-1b" },
         "context": a.context, "steps": a.steps, "reps": a.reps, "rows": rows, "buckets": buckets,
         "await_vs_blocking_us": (aw - bl) * 1e3, "os_park_wake_us": wake_us, "fused_small_batch": !a.no_fused, "blocking_ms": bl, "awaited_ms": aw, "torch": torch,
+        "gpt_fast": gpt_fast,
     });
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)?;

@@ -9,11 +9,13 @@
 
 mod config;
 mod model;
+mod sampling;
 mod step;
 mod weights;
 
 pub use config::{Llama3Rope, LlamaConfig};
 pub use model::{BucketInfo, LlamaModel, ModelOptions, Row};
+pub use sampling::Sampling;
 pub use step::{KvCache, StepBuffers};
 pub use weights::{
     write_random_safetensors, DeviceWeights, Elements, HostWeights, Layer, LoadError, Weights,

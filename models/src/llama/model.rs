@@ -1,6 +1,7 @@
 //! [`LlamaModel`]: weights, KV cache and a graph cache of decode steps per batch-size bucket.
 
 use super::config::LlamaConfig;
+use super::sampling::Sampling;
 use super::step::{DecodeStep, KvCache, StepBuffers};
 use super::weights::{DeviceWeights, HostWeights, LoadError};
 use cuda_async::{value, CudaGraph, DeviceError, DeviceOp, DeviceOpExt, Module, Result};
@@ -8,6 +9,7 @@ use cuda_core::blas::Blas;
 use cuda_core::{DeviceBuffer, PinnedBuffer, Stream};
 use kernels::gemv::Gemv;
 use kernels::llama::{LlamaKernels, INACTIVE};
+use kernels::sample::{SampleParams, Sampler};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
@@ -103,28 +105,50 @@ struct Bucket {
     in_tokens: PinnedBuffer<u32>,
     in_slots: PinnedBuffer<u32>,
     in_positions: PinnedBuffer<u32>,
+    in_params: PinnedBuffer<SampleParams>,
     out_next: PinnedBuffer<u32>,
     info: BucketInfo,
     last_used: u64,
 }
 
 impl Bucket {
-    /// Writes `rows` into the staging buffers, padding the bucket with inactive rows (after
-    /// waiting for any copy still reading them).
-    fn write_rows(&mut self, rows: &[Row]) -> Result<()> {
-        let (tokens, slots, positions) = (
+    /// Writes `rows` and their sampling parameters (greedy without `sampling`) into the staging
+    /// buffers, padding the bucket with inactive greedy rows (after waiting for any copy still
+    /// reading them).
+    fn write_rows(&mut self, rows: &[Row], sampling: Option<&[Sampling]>) -> Result<()> {
+        let (tokens, slots, positions, params) = (
             self.in_tokens.as_mut_slice()?,
             self.in_slots.as_mut_slice()?,
             self.in_positions.as_mut_slice()?,
+            self.in_params.as_mut_slice()?,
         );
         for i in 0..tokens.len() {
             let r = rows.get(i);
             tokens[i] = r.map_or(0, |r| r.token);
             slots[i] = r.map_or(INACTIVE, |r| r.slot);
             positions[i] = r.map_or(0, |r| r.position);
+            let s = sampling.and_then(|s| s.get(i)).copied().unwrap_or(Sampling::GREEDY);
+            params[i] = r.map_or(SampleParams::GREEDY, |r| s.params(r.position));
         }
         Ok(())
     }
+
+}
+
+/// Queues the copies of a bucket's staged inputs into its device buffers.
+fn copy_in(
+    s: &Stream,
+    buf: &mut StepBuffers,
+    tokens: &mut PinnedBuffer<u32>,
+    slots: &mut PinnedBuffer<u32>,
+    positions: &mut PinnedBuffer<u32>,
+    params: &mut PinnedBuffer<SampleParams>,
+) -> Result<()> {
+    tokens.copy_to_device_async(s, &mut buf.tokens)?;
+    slots.copy_to_device_async(s, &mut buf.slots)?;
+    positions.copy_to_device_async(s, &mut buf.positions)?;
+    params.copy_to_device_async(s, &mut buf.params)?;
+    Ok(())
 }
 
 /// A Llama-style decoder whose decode step is one CUDA graph replay per batch-size bucket.
@@ -157,6 +181,7 @@ pub struct LlamaModel {
     blas: Blas,
     kernels: &'static LlamaKernels,
     gemv: Option<&'static Gemv>,
+    sampler: &'static Sampler,
     stream: Stream,
     opts: ModelOptions,
     buckets: BTreeMap<usize, Bucket>,
@@ -214,6 +239,7 @@ impl LlamaModel {
         }
         let kernels = LlamaKernels::get(stream.device())?;
         let gemv = if opts.fused_small_batch { Some(Gemv::get(stream.device())?) } else { None };
+        let sampler = Sampler::get(stream.device())?;
         let blas = Blas::new(stream)?;
         let kv = KvCache::new(stream, &cfg, opts.slots, opts.max_seq)?;
         let inv_freq = DeviceBuffer::from_host(stream, &cfg.inv_freq())?;
@@ -226,6 +252,7 @@ impl LlamaModel {
             blas,
             kernels,
             gemv,
+            sampler,
             stream: stream.clone(),
             opts,
             buckets: BTreeMap::new(),
@@ -361,6 +388,7 @@ impl LlamaModel {
             activations.saturating_mul(2),
             c.vocab.saturating_add(4).saturating_mul(4),
             kernels::llama::ARGMAX_SPLIT.saturating_mul(8),
+            std::mem::size_of::<SampleParams>(),
             partials.saturating_mul(4),
         ]
         .into_iter()
@@ -399,17 +427,18 @@ impl LlamaModel {
                 self.evictions += 1;
             }
         }
-        let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, gemv, stream, .. } = self;
-        let gemv = *gemv;
+        let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, gemv, sampler, stream, .. } = self;
+        let (gemv, sampler) = (*gemv, *sampler);
         let mut buf = StepBuffers::new(stream, cfg, batch)?;
         let dev = stream.device();
         // Warm-up: every row inactive (no cache access); loads cuBLAS's kernels and picks its
         // algorithms outside the capture.
-        DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels, gemv }.sync_on(stream)?;
+        DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels, gemv, sampler }
+            .sync_on(stream)?;
         let free_before = dev.memory_info()?.0;
         let t = Instant::now();
         let graph = CudaGraph::scope(stream, |s| {
-            s.record(DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels, gemv })?;
+            s.record(DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels, gemv, sampler })?;
             Ok(())
         })?;
         let capture_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -428,6 +457,7 @@ impl LlamaModel {
             in_tokens: pinned()?,
             in_slots: PinnedBuffer::new(dev, batch, INACTIVE)?,
             in_positions: pinned()?,
+            in_params: PinnedBuffer::new(dev, batch, SampleParams::GREEDY)?,
             out_next: pinned()?,
             info,
             last_used: self.tick,
@@ -494,25 +524,24 @@ impl LlamaModel {
         Ok(bucket)
     }
 
-    /// Checks the rows, captures their bucket if needed, stages them, and returns the step's op
-    /// (copies in, replay, copy out) with the bucket size.
+    /// Checks the rows, captures their bucket if needed, stages them with their sampling
+    /// parameters (every row greedy without `sampling`, which the caller has checked), and
+    /// returns the step's op (copies in, replay, copy out) with the number of rows.
     fn stage(
         &mut self,
         rows: &[Row],
+        sampling: Option<&[Sampling]>,
         bucket: Option<usize>,
     ) -> Result<(usize, impl DeviceOp<Output = ()> + '_)> {
         let batch = self.check_rows(rows, bucket)?;
         self.ensure(batch)?;
         self.last_rows = Some((batch, rows.len()));
         let b = self.buckets.get_mut(&batch).ok_or_else(|| misuse("bucket vanished".into()))?;
-        b.write_rows(rows)?;
-        let Bucket { buf, graph, in_tokens, in_slots, in_positions, out_next, .. } = b;
+        b.write_rows(rows, sampling)?;
+        let Bucket { buf, graph, in_tokens, in_slots, in_positions, in_params, out_next, .. } = b;
         let op = value(())
             .and_then_with_context(move |(), ctx| {
-                let s = ctx.stream();
-                in_tokens.copy_to_device_async(s, &mut buf.tokens)?;
-                in_slots.copy_to_device_async(s, &mut buf.slots)?;
-                in_positions.copy_to_device_async(s, &mut buf.positions)?;
+                copy_in(ctx.stream(), buf, in_tokens, in_slots, in_positions, in_params)?;
                 Ok(&buf.next)
             })
             .then(move |next| graph.launch().map(move |()| next))
@@ -542,9 +571,29 @@ impl LlamaModel {
     /// [`DeviceError::Shape`] for rows that break the rules of [`Row`] (or more rows than the
     /// largest bucket); capture, copy and driver errors.
     pub fn step(&mut self, rows: &[Row]) -> Result<Vec<u32>> {
+        self.run_step(rows, None, None)
+    }
+
+    /// One step of `rows` (sampled per `sampling`, already checked by the caller, else greedy) in
+    /// `bucket` or the smallest that holds them, blocking until the tokens are ready.
+    pub(super) fn run_step(
+        &mut self,
+        rows: &[Row],
+        sampling: Option<&[Sampling]>,
+        bucket: Option<usize>,
+    ) -> Result<Vec<u32>> {
         let stream = self.stream.clone();
-        let (n, op) = self.stage(rows, None)?;
+        let (n, op) = self.stage(rows, sampling, bucket)?;
         op.sync_on(&stream)?;
+        self.commit(rows);
+        self.read_next(n)
+    }
+
+    /// [`LlamaModel::run_step`] in the smallest bucket, resolving once the tokens are ready.
+    pub(super) async fn run_step_async(&mut self, rows: &[Row], sampling: Option<&[Sampling]>) -> Result<Vec<u32>> {
+        let stream = self.stream.clone();
+        let (n, op) = self.stage(rows, sampling, None)?;
+        op.on(&stream).await?;
         self.commit(rows);
         self.read_next(n)
     }
@@ -558,11 +607,7 @@ impl LlamaModel {
     /// `bucket` not one of [`ModelOptions::buckets`] or smaller than `rows.len()`
     /// ([`DeviceError::Shape`]); as for [`LlamaModel::step`].
     pub fn step_in_bucket(&mut self, rows: &[Row], bucket: usize) -> Result<Vec<u32>> {
-        let stream = self.stream.clone();
-        let (n, op) = self.stage(rows, Some(bucket))?;
-        op.sync_on(&stream)?;
-        self.commit(rows);
-        self.read_next(n)
+        self.run_step(rows, None, Some(bucket))
     }
 
     /// [`LlamaModel::step`] that resolves once the tokens are ready, without blocking the
@@ -571,11 +616,7 @@ impl LlamaModel {
     /// # Errors
     /// As for [`LlamaModel::step`].
     pub async fn step_async(&mut self, rows: &[Row]) -> Result<Vec<u32>> {
-        let stream = self.stream.clone();
-        let (n, op) = self.stage(rows, None)?;
-        op.on(&stream).await?;
-        self.commit(rows);
-        self.read_next(n)
+        self.run_step_async(rows, None).await
     }
 
     /// [`LlamaModel::step`] without the graph: the same device work launched kernel by kernel
@@ -587,13 +628,13 @@ impl LlamaModel {
         let batch = self.check_rows(rows, None)?;
         self.ensure(batch)?;
         self.last_rows = Some((batch, rows.len()));
-        let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, gemv, stream, buckets, .. } = self;
+        let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, gemv, sampler, stream, buckets, .. } =
+            self;
         let b = buckets.get_mut(&batch).ok_or_else(|| misuse("bucket vanished".into()))?;
-        b.write_rows(rows)?;
-        b.in_tokens.copy_to_device_async(stream, &mut b.buf.tokens)?;
-        b.in_slots.copy_to_device_async(stream, &mut b.buf.slots)?;
-        b.in_positions.copy_to_device_async(stream, &mut b.buf.positions)?;
-        DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut b.buf, blas, kernels, gemv: *gemv }
+        b.write_rows(rows, None)?;
+        let Bucket { buf, in_tokens, in_slots, in_positions, in_params, .. } = b;
+        copy_in(stream, buf, in_tokens, in_slots, in_positions, in_params)?;
+        DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut b.buf, blas, kernels, gemv: *gemv, sampler }
             .sync_on(stream)?;
         b.out_next.copy_from_device_async(stream, &b.buf.next)?;
         let next = b.out_next.as_slice()?[..rows.len()].to_vec();

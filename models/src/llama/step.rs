@@ -1,5 +1,6 @@
-//! One decode step of a batch as a [`DeviceOp`]: embedding, the layers, the output projection
-//! and the greedy argmax, over preallocated buffers. Captured once per batch-size bucket by the
+//! One decode step of a batch as a [`DeviceOp`]: embedding, the layers, the output projection,
+//! the greedy argmax and the per-row sampler (which leaves greedy rows' argmax as it is), over
+//! preallocated buffers. Captured once per batch-size bucket by the
 //! graph cache ([`super::model`]), run eagerly for the warm-up before each capture.
 
 use super::config::LlamaConfig;
@@ -10,6 +11,7 @@ use cuda_core::{DeviceBuffer, Stream};
 use half::bf16;
 use kernels::gemv::Gemv;
 use kernels::llama::{AttnShape, LlamaKernels, INACTIVE};
+use kernels::sample::{SampleParams, Sampler};
 
 /// The key/value cache of every layer: `[slots][kv_heads][max_seq][head_dim]` per layer.
 pub struct KvCache {
@@ -52,8 +54,8 @@ impl KvCache {
     }
 }
 
-/// The device buffers of one batch-size bucket: inputs (`tokens`, `slots`, `positions`), the
-/// activations, the logits and the chosen tokens.
+/// The device buffers of one batch-size bucket: inputs (`tokens`, `slots`, `positions`, the
+/// sampling `params`), the activations, the logits and the chosen tokens.
 pub struct StepBuffers {
     pub(crate) batch: usize,
     pub(crate) tokens: DeviceBuffer<u32>,
@@ -61,6 +63,8 @@ pub struct StepBuffers {
     /// [`INACTIVE`] (the contract of [`LlamaKernels::rope_attention`]).
     pub(crate) slots: DeviceBuffer<u32>,
     pub(crate) positions: DeviceBuffer<u32>,
+    /// Per-row sampling parameters (zeroed: every row greedy until the model stages others).
+    pub(crate) params: DeviceBuffer<SampleParams>,
     h: DeviceBuffer<bf16>,
     xn: DeviceBuffer<bf16>,
     qkv: DeviceBuffer<bf16>,
@@ -96,6 +100,7 @@ impl StepBuffers {
             tokens: DeviceBuffer::zeros(stream, batch)?,
             slots: DeviceBuffer::filled(stream, batch, INACTIVE)?,
             positions: DeviceBuffer::zeros(stream, batch)?,
+            params: DeviceBuffer::zeros(stream, batch)?,
             h: z(cfg.hidden, "hidden")?,
             xn: z(cfg.hidden, "normed hidden")?,
             qkv: z(cfg.qkv_dim(), "q/k/v")?,
@@ -120,6 +125,7 @@ impl StepBuffers {
         b16.iter().map(|b| b.size_bytes()).sum::<usize>()
             + b32.iter().map(|b| b.size_bytes()).sum::<usize>()
             + self.logits.size_bytes()
+            + self.params.size_bytes()
             + self.argmax_scratch.size_bytes()
             + self.attn_partial.size_bytes()
             + self.attn_counters.size_bytes()
@@ -135,6 +141,9 @@ impl StepBuffers {
 /// the RMSNorm before it, the SwiGLU after it or the residual add (5 launches per layer);
 /// otherwise the products are cuBLAS GEMMs (residual adds as `beta = 1`) beside separate norm
 /// and SwiGLU launches (9 per layer). The choice is made per product, by its input width.
+///
+/// The step ends with the greedy argmax into `buf.next`, then the sampler, which overwrites
+/// `next[r]` for the rows whose `buf.params[r]` asks for sampling ([`Sampler::sample`]).
 pub(crate) struct DecodeStep<'a> {
     pub cfg: &'a LlamaConfig,
     pub w: &'a DeviceWeights,
@@ -144,13 +153,14 @@ pub(crate) struct DecodeStep<'a> {
     pub blas: &'a Blas,
     pub kernels: &'static LlamaKernels,
     pub gemv: Option<&'static Gemv>,
+    pub sampler: &'static Sampler,
 }
 
 impl DeviceOp for DecodeStep<'_> {
     type Output = ();
 
     fn execute(self, ctx: &ExecutionContext<'_>) -> Result<()> {
-        let DecodeStep { cfg, w, inv_freq, kv, buf, blas, kernels: k, gemv } = self;
+        let DecodeStep { cfg, w, inv_freq, kv, buf, blas, kernels: k, gemv, sampler } = self;
         let s = ctx.stream();
         let (b, h, eps) = (buf.batch, cfg.hidden, cfg.rms_eps as f32);
         let lin = |in_dim, out_dim, accumulate| Linear { rows: b, in_dim, out_dim, accumulate };
@@ -225,11 +235,12 @@ impl DeviceOp for DecodeStep<'_> {
             blas.linear(s, &buf.xn, w.output(), &mut buf.logits, lin(h, cfg.vocab, false))?;
         }
         k.argmax(s, &buf.logits, &mut buf.argmax_scratch, &mut buf.next, cfg.vocab)?;
+        sampler.sample(s, &buf.logits, &buf.params, &mut buf.next, b, cfg.vocab)?;
         Ok(())
     }
 }
 
-// SAFETY: `execute` queues only kernel launches and cuBLAS GEMMs over buffers that exist before
-// it runs; the GEMMs use the handle's preallocated workspace, so nothing is allocated, freed or
+// SAFETY: `execute` queues only kernel launches (the sampler's included: it allocates nothing)
+// and cuBLAS GEMMs over buffers that exist before it runs; the GEMMs use the handle's preallocated workspace, so nothing is allocated, freed or
 // synchronised.
 unsafe impl GraphNode for DecodeStep<'_> {}

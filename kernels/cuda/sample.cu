@@ -27,6 +27,8 @@
 
 #define SAMPLE_THREADS 1024
 #define SAMPLE_WARPS (SAMPLE_THREADS / 32)
+// NVRTC has no math.h: +inf spelled out (this file is compiled on its own).
+#define SAMPLE_INF __int_as_float(0x7f800000)
 
 struct SampleParams {
     float temperature;
@@ -154,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
         const float* x = logits + r * vocab;
 
         // The largest non-NaN logit and the number of non-NaN logits.
-        float m = -INFINITY;
+        float m = -SAMPLE_INF;
         unsigned valid = 0;
         for (unsigned long long i = tid; i < vocab; i += SAMPLE_THREADS) {
             float v = x[i];
@@ -163,10 +165,10 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
                 ++valid;
             }
         }
-        m = sample_block_reduce(m, MaxF(), -INFINITY, sh_f);
+        m = sample_block_reduce(m, MaxF(), -SAMPLE_INF, sh_f);
         valid = sample_block_reduce(valid, SumU(), 0u, sh_u);
-        if (valid == 0 || m == -INFINITY) continue; // keep the argmax (block-uniform values)
-        const bool inf_mode = m == INFINITY;
+        if (valid == 0 || m == -SAMPLE_INF) continue; // keep the argmax (block-uniform values)
+        const bool inf_mode = m == SAMPLE_INF;
         const float inv_t = 1.f / p.temperature;
 
         // top-k: the largest key threshold with at least k non-NaN logits at or above it.

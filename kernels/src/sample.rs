@@ -74,7 +74,8 @@ pub struct SampleParams {
 
 impl SampleParams {
     /// A greedy row (all fields zero).
-    pub const GREEDY: SampleParams = SampleParams { temperature: 0.0, top_p: 1.0, top_k: 0, counter: 0, seed: 0 };
+    pub const GREEDY: SampleParams =
+        SampleParams { temperature: 0.0, top_p: 1.0, top_k: 0, counter: 0, seed: 0 };
 }
 
 // SAFETY: `#[repr(C)]` of two f32, two u32 and a u64 in that order: 24 bytes with no padding
@@ -180,7 +181,7 @@ mod tests {
         assert_eq!(offset_of!(SampleParams, top_k), 8);
         assert_eq!(offset_of!(SampleParams, counter), 12);
         assert_eq!(offset_of!(SampleParams, seed), 16);
-        assert!(SampleParams::GREEDY.temperature <= 0.0);
+        const { assert!(SampleParams::GREEDY.temperature <= 0.0) };
     }
 
     #[test]

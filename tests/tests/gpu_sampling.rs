@@ -107,8 +107,12 @@ fn reference(logits: &[f32], p: &SampleParams) -> Option<Dist> {
         }
     }
     let thr = tk.max(tp);
-    let kept: Vec<(usize, f64)> =
-        valid.iter().filter(|&&i| key(logits[i]) >= thr).map(|&i| (i, w(i))).filter(|&(_, w)| w > 0.0).collect();
+    let kept: Vec<(usize, f64)> = valid
+        .iter()
+        .filter(|&&i| key(logits[i]) >= thr)
+        .map(|&i| (i, w(i)))
+        .filter(|&(_, w)| w > 0.0)
+        .collect();
     let total: f64 = kept.iter().map(|&(_, w)| w).sum();
     let probs: Vec<(usize, f64)> = kept.iter().map(|&(i, w)| (i, w / total)).collect();
     let cum = probs
@@ -141,12 +145,21 @@ fn check_rows(logits: &[f32], params: &[SampleParams], vocab: usize, got: &[u32]
         let row = &logits[r * vocab..(r + 1) * vocab];
         let g = got[r];
         match reference(row, p) {
-            None => ensure(g == POISON.wrapping_add(r as u32), format!("row {r} ({p:?}): greedy row changed to {g}"))?,
+            None => ensure(
+                g == POISON.wrapping_add(r as u32),
+                format!("row {r} ({p:?}): greedy row changed to {g}"),
+            )?,
             Some(d) if d.ambiguous => skipped += 1,
             Some(d) => {
                 let u = uniform(p.seed, p.counter);
-                ensure(d.prob(g as usize).is_some(), format!("row {r} ({p:?}): token {g} is not in the kept set"))?;
-                ensure(d.consistent(g as usize, u), format!("row {r} ({p:?}): token {g} does not match u = {u}"))?;
+                ensure(
+                    d.prob(g as usize).is_some(),
+                    format!("row {r} ({p:?}): token {g} is not in the kept set"),
+                )?;
+                ensure(
+                    d.consistent(g as usize, u),
+                    format!("row {r} ({p:?}): token {g} does not match u = {u}"),
+                )?;
             }
         }
     }
@@ -181,7 +194,8 @@ fn distribution_matches_host() -> TestResult {
     ];
     for (row, t, k, tp) in settings {
         let seed0: u64 = r.random();
-        let ps: Vec<SampleParams> = (0..n).map(|i| params(t, k, tp, seed0.wrapping_add(i as u64), 11)).collect();
+        let ps: Vec<SampleParams> =
+            (0..n).map(|i| params(t, k, tp, seed0.wrapping_add(i as u64), 11)).collect();
         let dist = reference(row, &ps[0]).ok_or("reference: greedy")?;
         if dist.ambiguous {
             eprintln!("T {t}, k {k}, p {tp}: top-p cut within rounding, skipped");
@@ -193,7 +207,10 @@ fn distribution_matches_host() -> TestResult {
         for (i, (&g, p)) in got.iter().zip(&ps).enumerate() {
             ensure(dist.prob(g as usize).is_some(), format!("row {i} ({p:?}): token {g} is not kept"))?;
             let u = uniform(p.seed, p.counter);
-            ensure(dist.consistent(g as usize, u), format!("row {i} ({p:?}): token {g} does not match u = {u}"))?;
+            ensure(
+                dist.consistent(g as usize, u),
+                format!("row {i} ({p:?}): token {g} does not match u = {u}"),
+            )?;
             counts[g as usize] += 1;
         }
         // Expected counts, largest first; the tail binned so that every bin expects >= 5.
@@ -218,7 +235,10 @@ fn distribution_matches_host() -> TestResult {
             continue;
         }
         let crit = chi2_critical(df);
-        eprintln!("T {t}, k {k}, p {tp}: {} kept, chi2 {stat:.1} on {df} df (critical {crit:.1})", dist.probs.len());
+        eprintln!(
+            "T {t}, k {k}, p {tp}: {} kept, chi2 {stat:.1} on {df} df (critical {crit:.1})",
+            dist.probs.len()
+        );
         ensure(stat < crit, format!("T {t}, k {k}, p {tp}: chi2 {stat:.1} >= {crit:.1} ({df} df)"))?;
     }
     Ok(())
@@ -237,19 +257,30 @@ fn draws_depend_only_on_seed_and_counter() -> TestResult {
     for (rows, at) in [(1usize, 0usize), (8, 5), (64, 37), (300, 299)] {
         let mut logits: Vec<f32> = (0..rows * vocab).map(|_| r.random_range(-2.0f32..2.0)).collect();
         logits[at * vocab..(at + 1) * vocab].copy_from_slice(&row);
-        let mut ps: Vec<SampleParams> =
-            (0..rows).map(|i| params(if i % 3 == 0 { 0.0 } else { 0.9 }, 0, 1.0, r.random(), i as u32)).collect();
+        let mut ps: Vec<SampleParams> = (0..rows)
+            .map(|i| params(if i % 3 == 0 { 0.0 } else { 0.9 }, 0, 1.0, r.random(), i as u32))
+            .collect();
         ps[at] = p;
         let got = launch(&s, &logits, &ps, vocab)?;
         check_rows(&logits, &ps, vocab, &got)?;
         tokens.push(got[at]);
     }
-    ensure(tokens.iter().all(|&t| t == tokens[0]), format!("same (seed, counter), other tokens: {tokens:?}"))?;
+    ensure(
+        tokens.iter().all(|&t| t == tokens[0]),
+        format!("same (seed, counter), other tokens: {tokens:?}"),
+    )?;
     let logits: Vec<f32> = row.iter().copied().cycle().take(64 * vocab).collect();
     for vary_seed in [true, false] {
-        let ps: Vec<SampleParams> = (0..64u32)
-            .map(|i| if vary_seed { params(1.0, 0, 0.95, u64::from(i), 5) } else { params(1.0, 0, 0.95, 77, i) })
-            .collect();
+        let ps: Vec<SampleParams> =
+            (0..64u32)
+                .map(|i| {
+                    if vary_seed {
+                        params(1.0, 0, 0.95, u64::from(i), 5)
+                    } else {
+                        params(1.0, 0, 0.95, 77, i)
+                    }
+                })
+                .collect();
         let got = launch(&s, &logits, &ps, vocab)?;
         check_rows(&logits, &ps, vocab, &got)?;
         let mut distinct = got.clone();
@@ -282,16 +313,19 @@ fn greedy_rows_are_untouched() -> TestResult {
     let d_logits = DeviceBuffer::from_host(&s, &logits[..vocab])?;
     let d_params = DeviceBuffer::from_host(&s, &ps[..1])?;
     let mut next = DeviceBuffer::from_host(&s, &[POISON])?;
-    ensure(sampler.sample(&s, &d_logits, &d_params, &mut next, 1, vocab + 1).is_err(), "wrong vocab accepted")?;
+    ensure(
+        sampler.sample(&s, &d_logits, &d_params, &mut next, 1, vocab + 1).is_err(),
+        "wrong vocab accepted",
+    )?;
     ensure(sampler.sample(&s, &d_logits, &d_params, &mut next, 2, vocab).is_err(), "wrong rows accepted")?;
     let huge = sampler.sample(&s, &d_logits, &d_params, &mut next, 1, u32::MAX as usize);
-    ensure(
-        matches!(huge, Err(cuda_core::Error::InvalidArgument(_))),
-        format!("vocab u32::MAX: {huge:?}"),
-    )?;
+    ensure(matches!(huge, Err(cuda_core::Error::InvalidArgument(_))), format!("vocab u32::MAX: {huge:?}"))?;
     ensure(next.to_vec()? == [POISON], "a refused launch wrote its output")?;
     Ok(())
 }
+
+/// (logits, temperature, top_k, top_p, tokens that must all be drawn at least once).
+type Case<'a> = (&'a Vec<f32>, f32, u32, f32, Option<Vec<usize>>);
 
 /// (d) NaN, +inf, -inf and signed zeros. Mutations caught: NaN weighed as a logit, +inf handled
 /// through exp (NaN weights), ties at the top-k cut dropped, -0 and +0 read as different.
@@ -318,9 +352,11 @@ fn nan_and_inf_logits() -> TestResult {
     let all_nan = vec![f32::NAN; vocab];
     let all_neg_inf = vec![f32::NEG_INFINITY; vocab];
     // (logits, T, k, p, the tokens that must all appear, or None)
-    let argmax = |v: &[f32]| (0..vocab).filter(|&i| !v[i].is_nan()).max_by(|&a, &b| v[a].total_cmp(&v[b]).then(b.cmp(&a)));
+    let argmax = |v: &[f32]| {
+        (0..vocab).filter(|&i| !v[i].is_nan()).max_by(|&a, &b| v[a].total_cmp(&v[b]).then(b.cmp(&a)))
+    };
     let am = argmax(&base).ok_or("no argmax")?;
-    let cases: Vec<(&Vec<f32>, f32, u32, f32, Option<Vec<usize>>)> = vec![
+    let cases: Vec<Case> = vec![
         (&half_nan, 1.0, 0, 1.0, None),
         (&half_nan, 0.5, 20, 0.9, None),
         (&two_inf, 1.0, 0, 1.0, Some(vec![17, 401])),
@@ -352,7 +388,8 @@ fn full_vocabulary_rows() -> TestResult {
     let mut r = rng();
     let (vocab, rows) = (128_256usize, 32usize);
     let logits: Vec<f32> = (0..rows * vocab).map(|_| r.random_range(-20.0f32..20.0)).collect();
-    let settings = [(1.0, 0, 1.0), (0.1, 0, 1.0), (1.0, 50, 1.0), (0.2, 0, 0.9), (0.1, 1000, 0.95), (0.0, 0, 1.0)];
+    let settings =
+        [(1.0, 0, 1.0), (0.1, 0, 1.0), (1.0, 50, 1.0), (0.2, 0, 0.9), (0.1, 1000, 0.95), (0.0, 0, 1.0)];
     let ps: Vec<SampleParams> = (0..rows)
         .map(|i| {
             let (t, k, p) = settings[i % settings.len()];
@@ -415,7 +452,10 @@ fn model_steps_sample_in_the_graph() -> TestResult {
         differ += usize::from(g != greedy[i]);
         if let Some(d) = reference(l, &sm.params(row.position)).filter(|d| !d.ambiguous) {
             ensure(d.prob(g as usize).is_some(), format!("row {i}: token {g} not kept"))?;
-            ensure(d.consistent(g as usize, uniform(sm.seed, row.position)), format!("row {i}: token {g} vs its draw"))?;
+            ensure(
+                d.consistent(g as usize, uniform(sm.seed, row.position)),
+                format!("row {i}: token {g} vs its draw"),
+            )?;
         }
         fresh(&mut m)?;
         let alone = m.step_sampled_in_bucket(&[*row], &[*sm], 16)?;

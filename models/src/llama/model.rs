@@ -132,7 +132,6 @@ impl Bucket {
         }
         Ok(())
     }
-
 }
 
 /// Queues the copies of a bucket's staged inputs into its device buffers.
@@ -438,7 +437,17 @@ impl LlamaModel {
         let free_before = dev.memory_info()?.0;
         let t = Instant::now();
         let graph = CudaGraph::scope(stream, |s| {
-            s.record(DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels, gemv, sampler })?;
+            s.record(DecodeStep {
+                cfg,
+                w: weights,
+                inv_freq,
+                kv,
+                buf: &mut buf,
+                blas,
+                kernels,
+                gemv,
+                sampler,
+            })?;
             Ok(())
         })?;
         let capture_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -590,7 +599,11 @@ impl LlamaModel {
     }
 
     /// [`LlamaModel::run_step`] in the smallest bucket, resolving once the tokens are ready.
-    pub(super) async fn run_step_async(&mut self, rows: &[Row], sampling: Option<&[Sampling]>) -> Result<Vec<u32>> {
+    pub(super) async fn run_step_async(
+        &mut self,
+        rows: &[Row],
+        sampling: Option<&[Sampling]>,
+    ) -> Result<Vec<u32>> {
         let stream = self.stream.clone();
         let (n, op) = self.stage(rows, sampling, None)?;
         op.on(&stream).await?;

@@ -176,10 +176,7 @@ mod tests {
     #[test]
     fn conversion_uses_the_position_as_counter() {
         let p = S.params(41);
-        assert_eq!(
-            p,
-            SampleParams { temperature: 0.7, top_p: 0.9, top_k: 40, counter: 41, seed: 1234 }
-        );
+        assert_eq!(p, SampleParams { temperature: 0.7, top_p: 0.9, top_k: 40, counter: 41, seed: 1234 });
         assert_eq!(Sampling::GREEDY.params(5), SampleParams::GREEDY);
         assert_eq!(Sampling { temperature: 0.0, ..S }.params(5), SampleParams::GREEDY);
         assert!(Sampling::default().is_greedy() && !S.is_greedy());

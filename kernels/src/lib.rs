@@ -22,6 +22,7 @@ mod checks;
 pub mod gemv;
 pub mod llama;
 pub mod ops;
+pub mod prefill;
 
 /// The `half` crate, whose `bf16` is the element type of the decoder kernels ([`llama`],
 /// [`gemv`]): the same as `cuda_core::half`.

@@ -431,7 +431,13 @@ impl LlamaKernels {
     /// # Safety
     /// The counters are zero before the first launch; without `appended`, the active slots are
     /// distinct whenever the kernel runs.
-    unsafe fn attention_launch<K>(&self, s: &Stream, io: AttnIo<'_, K>, shape: AttnShape, appended: bool) -> Result<()>
+    unsafe fn attention_launch<K>(
+        &self,
+        s: &Stream,
+        io: AttnIo<'_, K>,
+        shape: AttnShape,
+        appended: bool,
+    ) -> Result<()>
     where
         K: std::ops::Deref<Target = DeviceBuffer<bf16>> + KernelParam,
     {

@@ -2,7 +2,7 @@
 //! key + KV-cache append of every row of a chunk ([`LlamaKernels::rope_append`], ahead of
 //! [`LlamaKernels::attention_cached`]) and the gather of the rows whose logits are wanted
 //! ([`LlamaKernels::gather_rows`]). Same conventions as [`crate::llama`]: 64-bit offsets,
-//! [`INACTIVE`] rows, device-side indices checked in the kernel, every length checked here.
+//! [`INACTIVE`](crate::llama::INACTIVE) rows, device-side indices checked in the kernel, every length checked here.
 //!
 //! ```no_run
 //! use cuda_core::{Device, DeviceBuffer};
@@ -20,7 +20,7 @@
 //! ```
 
 use crate::checks::{len_check, mul};
-use crate::llama::{embed_config, AttnShape, LlamaKernels, INACTIVE};
+use crate::llama::{embed_config, AttnShape, LlamaKernels};
 use cuda_core::{DeviceBuffer, LaunchConfig, Result, Stream};
 use half::bf16;
 
@@ -44,7 +44,7 @@ impl LlamaKernels {
     /// rounded to bf16) and writes key and value to the caches at `(slots[r], positions[r])`.
     /// `qkv[r]` holds `[q | k | v]`, the caches are `[slots][kv_heads][max_seq][head_dim]`,
     /// `inv_freq[head_dim / 2]`; `shape.batch` is not used (the rows are `slots.len()`, any
-    /// number). Rows of slot [`INACTIVE`], and rows whose slot or position is out of range,
+    /// number). Rows of slot [`INACTIVE`](crate::llama::INACTIVE), and rows whose slot or position is out of range,
     /// write nothing. Queued ahead of [`LlamaKernels::attention_cached`] over the same rows.
     ///
     /// # Errors
@@ -98,7 +98,11 @@ impl LlamaKernels {
             shape.cache_len(),
             v_cache.len(),
         )?;
-        len_check("rope append: inv_freq must hold head_dim / 2", shape.head_dim as usize / 2, inv_freq.len())?;
+        len_check(
+            "rope append: inv_freq must hold head_dim / 2",
+            shape.head_dim as usize / 2,
+            inv_freq.len(),
+        )?;
         if rows == 0 {
             return Ok(());
         }
@@ -112,12 +116,16 @@ impl LlamaKernels {
         // distinct (slot, position) pairs, so no two blocks write one entry; both caches are
         // exclusive here.
         unsafe {
-            self.rope_append.launch(s, cfg, (qkv, k_cache, v_cache, slots, positions, inv_freq, rows as u64, shape))
+            self.rope_append.launch(
+                s,
+                cfg,
+                (qkv, k_cache, v_cache, slots, positions, inv_freq, rows as u64, shape),
+            )
         }
     }
 
     /// `out[i] = h[idx[i]]` for `i < idx.len()` (rows of `cols` bf16 values: `h[rows][cols]`,
-    /// `out[idx.len()][cols]`); an index [`INACTIVE`] gives a zero row, any other index `>= rows`
+    /// `out[idx.len()][cols]`); an index [`INACTIVE`](crate::llama::INACTIVE) gives a zero row, any other index `>= rows`
     /// a NaN row. Takes the rows whose logits are wanted before the final norm and LM head.
     ///
     /// # Errors

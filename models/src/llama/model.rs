@@ -417,9 +417,11 @@ impl LlamaModel {
             return Ok(());
         }
         let need = self.estimate_bytes(batch);
-        // Decode and prefill buckets share the budget (`prefill::graph_bytes_used`, `evict_lru`).
-        while self.graph_bytes_used().saturating_add(need) > self.opts.graph_budget_bytes && self.evict_lru()
-        {
+        // Decode and prefill buckets share the budget (see `prefill_run.rs`).
+        while self.graph_bytes_used().saturating_add(need) > self.opts.graph_budget_bytes {
+            if !self.evict_lru() {
+                break;
+            }
         }
         let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, gemv, stream, .. } = self;
         let gemv = *gemv;

@@ -46,8 +46,10 @@ impl LlamaModel {
         }
         let l = logit_rows(chunk, self.opts.slots);
         let need = estimate_bytes(&self.cfg, chunk, l);
-        while self.graph_bytes_used().saturating_add(need) > self.opts.graph_budget_bytes && self.evict_lru()
-        {
+        while self.graph_bytes_used().saturating_add(need) > self.opts.graph_budget_bytes {
+            if !self.evict_lru() {
+                break;
+            }
         }
         let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, stream, .. } = self;
         let mut buf = PrefillBuffers::new(stream, cfg, chunk, l)?;

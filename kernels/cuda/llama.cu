@@ -124,7 +124,12 @@ struct AttnShape {
 // Block: ATTN_WARPS * 32 threads; grid (kv_heads, batch, S). The launcher keeps batch <= 65535
 // (gridDim.y), kv_heads <= 2^31 - 1 and max_seq <= 2^31 - 1, so the 32-bit position arithmetic
 // below (len + S - 1, t += ATTN_WARPS * 32) cannot wrap; buffer offsets are 64-bit.
-template <unsigned G, unsigned HD>
+//
+// APPENDED (chunked prefill): the row's key and value are already in the cache at (slot, pos),
+// written by `rope_append` in an earlier launch. The kernel then appends nothing and reads
+// position pos from the cache like every other; it only rotates the queries. Rows of one slot at
+// consecutive positions may then share a launch: every block only reads the caches.
+template <unsigned G, unsigned HD, bool APPENDED>
 __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache,
                                                const unsigned* slots, const unsigned* positions,
                                                const float* inv_freq, bf16_t* out, float* partial,
@@ -172,15 +177,17 @@ __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cach
             q_s[g][i] = round_bf(x1 * c - x2 * sn) * s.scale;
             q_s[g][i + half] = round_bf(x2 * c + x1 * sn) * s.scale;
         }
+        if (APPENDED) continue;
         const bf16_t* k = row + (size_t)s.heads * hd + (size_t)kvh * hd;
         float k1 = bf2f(k[i]), k2 = bf2f(k[i + half]);
         kn_s[i] = round_bf(k1 * c - k2 * sn);
         kn_s[i + half] = round_bf(k2 * c + k1 * sn);
     }
     const bf16_t* v = row + ((size_t)s.heads + s.kv_heads) * hd + (size_t)kvh * hd;
-    for (unsigned i = threadIdx.x; i < hd; i += blockDim.x) vn_s[i] = bf2f(v[i]);
+    if (!APPENDED)
+        for (unsigned i = threadIdx.x; i < hd; i += blockDim.x) vn_s[i] = bf2f(v[i]);
     __syncthreads();
-    if (z == 0) {
+    if (!APPENDED && z == 0) {
         for (unsigned i = threadIdx.x; i < hd; i += blockDim.x) {
             k_cache[head_base + (size_t)pos * hd + i] = f2bf(kn_s[i]);
             v_cache[head_base + (size_t)pos * hd + i] = f2bf(vn_s[i]);
@@ -210,7 +217,7 @@ __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cach
         float dots[G];
 #pragma unroll
         for (unsigned g = 0; g < G; ++g) dots[g] = 0.f;
-        if (valid && p != pos) {
+        if (valid && (APPENDED || p != pos)) {
             const uint4* kp = (const uint4*)(kc + (size_t)p * hd);
             const uint4* vp = (const uint4*)(vc + (size_t)p * hd);
             uint4 kv4[HD / 8];
@@ -350,15 +357,19 @@ __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cach
 
 // The instantiations: any shape within the limits, and the Llama 3.2 one (group <= 4, head_dim
 // <= 64) with half the registers.
-#define ROPE_ATTENTION_KERNEL(NAME, G, HD)                                                               \
+#define ROPE_ATTENTION_KERNEL(NAME, G, HD, APPENDED)                                                     \
     extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32)                                       \
         NAME(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, const unsigned* slots,                 \
              const unsigned* positions, const float* inv_freq, bf16_t* out, float* partial,             \
              unsigned* counters, AttnShape s) {                                                          \
-        rope_attention<G, HD>(qkv, k_cache, v_cache, slots, positions, inv_freq, out, partial, counters, s); \
+        rope_attention<G, HD, APPENDED>(qkv, k_cache, v_cache, slots, positions, inv_freq, out, partial, \
+                                        counters, s);                                                    \
     }
-ROPE_ATTENTION_KERNEL(rope_attention_bf16, MAX_GROUP, MAX_HD)
-ROPE_ATTENTION_KERNEL(rope_attention_g4_hd64_bf16, 4, 64)
+ROPE_ATTENTION_KERNEL(rope_attention_bf16, MAX_GROUP, MAX_HD, false)
+ROPE_ATTENTION_KERNEL(rope_attention_g4_hd64_bf16, 4, 64, false)
+// The cached variants (chunked prefill): the keys and values already appended by rope_append.
+ROPE_ATTENTION_KERNEL(attention_cached_bf16, MAX_GROUP, MAX_HD, true)
+ROPE_ATTENTION_KERNEL(attention_cached_g4_hd64_bf16, 4, 64, true)
 
 // Greedy argmax in two launches. A (logit, index) pair is packed into 64 bits so that the larger
 // logit wins and, between equal logits, the smaller index: (orderable float bits << 32) |

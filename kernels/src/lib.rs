@@ -22,6 +22,7 @@ mod checks;
 pub mod gemv;
 pub mod llama;
 pub mod ops;
+pub mod prefill;
 pub mod sample;
 
 /// The `half` crate, whose `bf16` is the element type of the decoder kernels ([`llama`],

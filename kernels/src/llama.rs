@@ -24,13 +24,18 @@
 //! ```
 
 use crate::checks::{at_most, dim, grid_stride, len_check, mul, same_device, MAX_GRID_X, MAX_GRID_Y};
-use cuda_core::{Device, DeviceBuffer, DeviceRepr, Error, Function, LaunchConfig, PerDevice, Result, Stream};
+use cuda_core::{
+    Device, DeviceBuffer, DeviceRepr, Error, Function, KernelParam, LaunchConfig, PerDevice, Result, Stream,
+};
 use half::bf16;
 
 /// CUDA C source of the decoder kernels (compiled after [`BF16_SRC`]).
 pub const LLAMA_SRC: &str = include_str!("../cuda/llama.cu");
 /// CUDA C source of the bf16 helpers the decoder kernels share (`cuda/bf16.cuh`).
 pub const BF16_SRC: &str = include_str!("../cuda/bf16.cuh");
+/// CUDA C source of the chunked-prefill kernels (`cuda/prefill.cu`, compiled after
+/// [`LLAMA_SRC`] in the same module; launchers in [`crate::prefill`]).
+pub const PREFILL_SRC: &str = include_str!("../cuda/prefill.cu");
 
 /// The largest head dimension the attention kernel supports (`MAX_HD` in `cuda/llama.cu`).
 pub const MAX_HEAD_DIM: usize = 128;
@@ -162,10 +167,23 @@ impl AttnShape {
     }
 }
 
+/// The buffers of one attention launch; `K` is `&mut DeviceBuffer` for the decode attention (it
+/// appends to the caches) and `&DeviceBuffer` for the cached one (it only reads them).
+struct AttnIo<'a, K> {
+    qkv: &'a DeviceBuffer<bf16>,
+    k_cache: K,
+    v_cache: K,
+    slots: &'a DeviceBuffer<u32>,
+    positions: &'a DeviceBuffer<u32>,
+    inv_freq: &'a DeviceBuffer<f32>,
+    out: &'a mut DeviceBuffer<bf16>,
+    scratch: (&'a mut DeviceBuffer<f32>, &'a mut DeviceBuffer<u32>),
+}
+
 /// The decoder kernels, loaded on one device.
 pub struct LlamaKernels {
-    device: Device,
-    max_blocks: u32,
+    pub(crate) device: Device,
+    pub(crate) max_blocks: u32,
     sms: u32,
     embed: Function,
     rmsnorm: Function,
@@ -173,6 +191,11 @@ pub struct LlamaKernels {
     attention: Function,
     /// The same kernel compiled for `group <= 4`, `head_dim <= 64` (half the registers).
     attention_small: Function,
+    /// The attention over keys and values already in the cache (`APPENDED`), both builds.
+    attention_cached: Function,
+    attention_cached_small: Function,
+    pub(crate) rope_append: Function,
+    pub(crate) gather_rows: Function,
     argmax_partial: Function,
     argmax_final: Function,
     randn: Function,
@@ -186,7 +209,7 @@ impl LlamaKernels {
     pub fn get(device: &Device) -> Result<&'static LlamaKernels> {
         static LOADED: PerDevice<LlamaKernels> = PerDevice::new();
         LOADED.get_or_try_init(device, || {
-            let src = format!("{BF16_SRC}{LLAMA_SRC}");
+            let src = format!("{BF16_SRC}{LLAMA_SRC}{PREFILL_SRC}");
             let m = device.compile_module("llama.cu", &src, &["-std=c++17".to_string()])?;
             Ok(LlamaKernels {
                 device: *device,
@@ -197,6 +220,10 @@ impl LlamaKernels {
                 silu_mul: m.function("silu_mul_bf16")?,
                 attention: m.function("rope_attention_bf16")?,
                 attention_small: m.function("rope_attention_g4_hd64_bf16")?,
+                attention_cached: m.function("attention_cached_bf16")?,
+                attention_cached_small: m.function("attention_cached_g4_hd64_bf16")?,
+                rope_append: m.function("rope_append_bf16")?,
+                gather_rows: m.function("gather_rows_bf16")?,
                 argmax_partial: m.function("argmax_partial_f32")?,
                 argmax_final: m.function("argmax_final")?,
                 randn: m.function("randn_bf16")?,
@@ -204,7 +231,12 @@ impl LlamaKernels {
         })
     }
 
-    fn same_device(&self, stream: &Stream, during: &'static str, devices: &[&Device]) -> Result<()> {
+    pub(crate) fn same_device(
+        &self,
+        stream: &Stream,
+        during: &'static str,
+        devices: &[&Device],
+    ) -> Result<()> {
         same_device(&self.device, stream, during, devices)
     }
 
@@ -351,6 +383,65 @@ impl LlamaKernels {
         scratch: (&mut DeviceBuffer<f32>, &mut DeviceBuffer<u32>),
         shape: AttnShape,
     ) -> Result<()> {
+        let io = AttnIo { qkv, k_cache, v_cache, slots, positions, inv_freq, out, scratch };
+        // SAFETY: the caller upholds this function's contract, which is the helper's for
+        // `appended == false`.
+        unsafe { self.attention_launch(s, io, shape, false) }
+    }
+
+    /// The attention of [`LlamaKernels::rope_attention`] for rows whose key and value are already
+    /// in the cache at `(slots[b], positions[b])` (appended by [`LlamaKernels::rope_append`] in an
+    /// earlier launch): the queries are rotated here as there, nothing is appended, and position
+    /// `positions[b]` is read from the cache like the positions before it. The caches are only
+    /// read, so rows of one slot at consecutive positions may share a launch (a chunk of a
+    /// prompt): each reads positions up to its own, all written before the launch. Same buffers,
+    /// [`AttnShape`], splitting policy, [`INACTIVE`] rows (zeros) and out-of-range guards (NaN
+    /// rows) as [`LlamaKernels::rope_attention`].
+    ///
+    /// # Errors
+    /// As for [`LlamaKernels::rope_attention`].
+    ///
+    /// # Safety
+    /// `scratch.1` must hold zeros before the first launch that uses it (as
+    /// `DeviceBuffer::zeros` gives; each launch restores them). Slots may repeat.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn attention_cached(
+        &self,
+        s: &Stream,
+        qkv: &DeviceBuffer<bf16>,
+        k_cache: &DeviceBuffer<bf16>,
+        v_cache: &DeviceBuffer<bf16>,
+        slots: &DeviceBuffer<u32>,
+        positions: &DeviceBuffer<u32>,
+        inv_freq: &DeviceBuffer<f32>,
+        out: &mut DeviceBuffer<bf16>,
+        scratch: (&mut DeviceBuffer<f32>, &mut DeviceBuffer<u32>),
+        shape: AttnShape,
+    ) -> Result<()> {
+        let io = AttnIo { qkv, k_cache, v_cache, slots, positions, inv_freq, out, scratch };
+        // SAFETY: the caller upholds the counters' contract; with `appended` the kernel never
+        // writes the caches (they are passed as shared references), so repeated slots share
+        // only reads.
+        unsafe { self.attention_launch(s, io, shape, true) }
+    }
+
+    /// The launch of [`LlamaKernels::rope_attention`] (`appended == false`) or
+    /// [`LlamaKernels::attention_cached`] (`appended == true`).
+    ///
+    /// # Safety
+    /// The counters are zero before the first launch; without `appended`, the active slots are
+    /// distinct whenever the kernel runs.
+    unsafe fn attention_launch<K>(
+        &self,
+        s: &Stream,
+        io: AttnIo<'_, K>,
+        shape: AttnShape,
+        appended: bool,
+    ) -> Result<()>
+    where
+        K: std::ops::Deref<Target = DeviceBuffer<bf16>> + KernelParam,
+    {
+        let AttnIo { qkv, k_cache, v_cache, slots, positions, inv_freq, out, scratch } = io;
         let (partial, counters) = scratch;
         let devices = [
             qkv.device(),
@@ -417,7 +508,12 @@ impl LlamaKernels {
         };
         // The kernel compiled for the Llama 3.2 group and head size, where the shape fits it.
         let small = shape.heads / shape.kv_heads <= 4 && shape.head_dim <= 64;
-        let f = if small { &self.attention_small } else { &self.attention };
+        let f = match (appended, small) {
+            (false, true) => &self.attention_small,
+            (false, false) => &self.attention,
+            (true, true) => &self.attention_cached_small,
+            (true, false) => &self.attention_cached,
+        };
         // SAFETY: both kernels match `rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cache, bf16_t*
         // v_cache, const unsigned* slots, const unsigned* positions, const float* inv_freq,
         // bf16_t* out, float* partial, unsigned* counters, AttnShape)`; every length was checked
@@ -425,8 +521,9 @@ impl LlamaKernels {
         // before touching the caches. Blocks of one (row, head) share only their own slice of
         // `partial` and counter (fenced, combined by the last block, which resets the counter to
         // the zero it started from; `counters` is zeroed by the caller before the first launch and
-        // exclusive here). The caller guarantees distinct slots (no two rows share cache rows);
-        // within a row only split 0 writes position pos, which no block reads from the cache.
+        // exclusive here). Without `appended` the caller guarantees distinct slots (no two rows
+        // share cache rows) and within a row only split 0 writes position pos, which no block
+        // reads from the cache; with `appended` (the cached kernels) no block writes the caches.
         // Overlapped launch: every block runs PDL_WAIT() before touching memory.
         unsafe {
             f.launch_overlapped(

@@ -4,8 +4,10 @@
 //! ([`kernels::llama`]). One decode step of a batch is one CUDA graph replay; graphs are captured
 //! per batch-size bucket into a cache with a memory budget ([`LlamaModel`]).
 //!
-//! Prompts are fed one token per step (each step appends one position per row), so a request's
-//! prompt can ride along other requests' decode steps (continuous batching).
+//! Prompts are fed either one token per step (each step appends one position per row), so a
+//! request's prompt can ride along other requests' decode steps (continuous batching), or in
+//! chunks ([`LlamaModel::prefill`]): one graph replay per chunk-size bucket, GEMMs over all the
+//! chunk's rows and a causal attention over the cache.
 
 mod config;
 mod model;
@@ -14,7 +16,7 @@ mod step;
 mod weights;
 
 pub use config::{Llama3Rope, LlamaConfig};
-pub use model::{BucketInfo, LlamaModel, ModelOptions, Row};
+pub use model::{BucketInfo, LlamaModel, ModelOptions, PrefillBuffers, PrefillSeq, Row};
 pub use sampling::Sampling;
 pub use step::{KvCache, StepBuffers};
 pub use weights::{

@@ -14,6 +14,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
+#[path = "prefill.rs"]
+mod prefill;
+pub use prefill::{PrefillBuffers, PrefillSeq};
+
 /// One row of a decode step: feed `token` at `position` of the sequence in cache `slot`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Row {
@@ -35,6 +39,7 @@ pub struct Row {
 /// | [`buckets`](Self::buckets) | `[1, 2, 4, 8, 16, 32, 64]` | batch sizes captured as graphs |
 /// | [`graph_budget_bytes`](Self::graph_budget_bytes) | `usize::MAX` (no limit) | memory for captured buckets |
 /// | [`fused_small_batch`](Self::fused_small_batch) | `true` | fused bf16 products for small buckets |
+/// | [`prefill_buckets`](Self::prefill_buckets) | `[16, 32, 64, 128, 256, 512]` | prompt chunk sizes captured as graphs |
 ///
 /// The KV cache, allocated by [`LlamaModel::new`], takes `config.kv_bytes(slots * max_seq)` bytes
 /// ([`LlamaConfig::kv_bytes`]): with the defaults and Llama 3.2 1B, 64 × 1024 positions × 32 KiB =
@@ -46,8 +51,9 @@ pub struct Row {
 /// assert_eq!(opts.buckets, [1, 2, 4, 8, 16, 32, 64]);
 /// ```
 ///
-/// [`LlamaModel::new`] refuses options with no slots, no positions, no buckets or a bucket of 0
-/// (and sorts and deduplicates the buckets).
+/// [`LlamaModel::new`] refuses options with no slots, no positions, no buckets or a bucket of 0,
+/// no prefill buckets, a prefill bucket of 0 or above 65535 rows (and sorts and deduplicates
+/// both lists of buckets).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelOptions {
     /// KV-cache slots: sequences that can be in flight at once (a [`Row::slot`] is `< slots`).
@@ -69,6 +75,12 @@ pub struct ModelOptions {
     /// (RMSNorm, SwiGLU and residual adds inside the product) instead of cuBLAS GEMMs beside
     /// separate elementwise launches. Default `true`; turn it off only for comparisons.
     pub fused_small_batch: bool,
+    /// Chunk-size buckets of [`LlamaModel::prefill`], each captured as one graph on first use: a
+    /// prefill of `n` tokens (all its pieces together) runs in the smallest bucket `>= n`, the
+    /// rest padded with inactive rows; more tokens than the largest bucket are refused (split
+    /// the prompt into pieces). Default `[16, 32, 64, 128, 256, 512]`. They share
+    /// [`graph_budget_bytes`](Self::graph_budget_bytes) and its eviction with the decode buckets.
+    pub prefill_buckets: Vec<usize>,
 }
 
 impl Default for ModelOptions {
@@ -79,6 +91,7 @@ impl Default for ModelOptions {
             buckets: vec![1, 2, 4, 8, 16, 32, 64],
             graph_budget_bytes: usize::MAX,
             fused_small_batch: true,
+            prefill_buckets: vec![16, 32, 64, 128, 256, 512],
         }
     }
 }
@@ -188,6 +201,7 @@ pub struct LlamaModel {
     tick: u64,
     last_rows: Option<(usize, usize)>,
     evictions: u64,
+    prefill: prefill::PrefillCache,
 }
 
 impl std::fmt::Debug for LlamaModel {
@@ -233,6 +247,20 @@ impl LlamaModel {
                 format!("invalid options {opts:?}: slots, max_seq and buckets must be positive"),
             ));
         }
+        opts.prefill_buckets.sort_unstable();
+        opts.prefill_buckets.dedup();
+        let largest = kernels::llama::MAX_BATCH;
+        if opts.prefill_buckets.first().is_none_or(|&b| b == 0)
+            || opts.prefill_buckets.last().is_some_and(|&b| b > largest)
+        {
+            return Err(DeviceError::shape(
+                "LlamaModel::new",
+                format!(
+                    "invalid prefill buckets {:?}: at least one, each 1 to {largest}",
+                    opts.prefill_buckets
+                ),
+            ));
+        }
         if opts.slots >= INACTIVE as usize || opts.max_seq > u32::MAX as usize {
             return Err(DeviceError::shape("LlamaModel::new", "slots and max_seq must fit in 32 bits"));
         }
@@ -258,6 +286,7 @@ impl LlamaModel {
             tick: 0,
             last_rows: None,
             evictions: 0,
+            prefill: prefill::PrefillCache::default(),
         })
     }
 
@@ -415,15 +444,10 @@ impl LlamaModel {
             return Ok(());
         }
         let need = self.estimate_bytes(batch);
-        loop {
-            let used: usize = self.buckets.values().map(|b| b.info.buffer_bytes + b.info.graph_bytes).sum();
-            if used.saturating_add(need) <= self.opts.graph_budget_bytes || self.buckets.is_empty() {
+        // Decode and prefill buckets share the budget (see `prefill_run.rs`).
+        while self.graph_bytes_used().saturating_add(need) > self.opts.graph_budget_bytes {
+            if !self.evict_lru() {
                 break;
-            }
-            let lru = self.buckets.iter().min_by_key(|(_, b)| b.last_used).map(|(&k, _)| k);
-            if let Some(k) = lru {
-                self.buckets.remove(&k);
-                self.evictions += 1;
             }
         }
         let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, gemv, sampler, stream, .. } = self;

@@ -14,7 +14,9 @@ use cuda_async_tests::{ensure, rng, Failed, Suite, TestResult};
 use cuda_core::{Device, DeviceBuffer, Stream};
 use half::bf16;
 use kernels::llama::{AttnShape, LlamaKernels, INACTIVE};
-use models::llama::{DeviceWeights, HostWeights, LlamaConfig, LlamaModel, ModelOptions, PrefillSeq, Row};
+use models::llama::{
+    DeviceWeights, HostWeights, LlamaConfig, LlamaModel, ModelOptions, PrefillSeq, Row, Sampling,
+};
 use rand::Rng;
 use std::path::{Path, PathBuf};
 
@@ -531,6 +533,55 @@ fn hf_reference_prefill() -> TestResult {
     Ok(())
 }
 
+/// Sampling inside the prefill graph: greedy parameters give `prefill`'s tokens; a sampled piece
+/// draws the same token alone and packed (same bucket, same seed), only from its top-k set, and
+/// different seeds draw different tokens (so the sampler runs, with the staged parameters).
+fn prefill_sampled_draws() -> TestResult {
+    let s = stream()?;
+    let mut m = random_model(&s, opts())?;
+    let v = m.config().vocab;
+    let (a, b) = (tokens(9, 6, v), tokens(5, 7, v));
+    let greedy = m.prefill_in_bucket(&[PrefillSeq { slot: 0, start: 0, tokens: &a, want_next: true }], 16)?;
+    let lg = m.last_prefill_logits()?;
+    m.release_slot(0)?;
+    let greedy2 = m.prefill_sampled_in_bucket(
+        &[PrefillSeq { slot: 0, start: 0, tokens: &a, want_next: true }],
+        &[Sampling::GREEDY],
+        16,
+    )?;
+    ensure(
+        greedy == greedy2 && m.last_prefill_logits()? == lg,
+        "greedy prefill_sampled differs from prefill",
+    )?;
+    let hot = |seed| Sampling { temperature: 1.5, top_p: 1.0, top_k: 5, seed };
+    let mut drawn = std::collections::BTreeSet::new();
+    for seed in 0..16u64 {
+        m.release_slot(0)?;
+        m.release_slot(1)?;
+        let packed = m.prefill_sampled_in_bucket(
+            &[
+                PrefillSeq { slot: 1, start: 0, tokens: &b, want_next: true },
+                PrefillSeq { slot: 0, start: 0, tokens: &a, want_next: true },
+            ],
+            &[Sampling::GREEDY, hot(seed)],
+            16,
+        )?;
+        let t = packed[1].ok_or("no token")?;
+        let mut sorted = lg.clone();
+        sorted.sort_by(|x, y| y.total_cmp(x));
+        ensure(lg[t as usize] >= sorted[4], format!("seed {seed}: token {t} is outside the top 5"))?;
+        m.release_slot(0)?;
+        let alone = m.prefill_sampled_in_bucket(
+            &[PrefillSeq { slot: 0, start: 0, tokens: &a, want_next: true }],
+            &[hot(seed)],
+            16,
+        )?;
+        ensure(alone[0] == Some(t), format!("seed {seed}: alone {:?} vs packed {t}", alone[0]))?;
+        drawn.insert(t);
+    }
+    ensure(drawn.len() >= 2, format!("16 seeds drew only {drawn:?}: the sampler did not run"))
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("append_then_cached_attention_split", append_then_cached_attention_split)
@@ -541,6 +592,7 @@ fn main() {
         .gpu("piece_alone_in_bucket_is_bit_identical", piece_alone_in_bucket_is_bit_identical)
         .gpu("refusals", refusals)
         .gpu("shared_budget_eviction", shared_budget_eviction)
-        .gpu("hf_reference_prefill", hf_reference_prefill);
+        .gpu("hf_reference_prefill", hf_reference_prefill)
+        .gpu("prefill_sampled_draws", prefill_sampled_draws);
     s.run()
 }

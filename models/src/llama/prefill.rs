@@ -11,6 +11,7 @@
 use super::LlamaModel;
 use super::{BucketInfo, ModelOptions};
 use crate::llama::config::LlamaConfig;
+use crate::llama::sampling::Sampling;
 use crate::llama::step::KvCache;
 use crate::llama::weights::DeviceWeights;
 use cuda_async::{CudaGraph, DeviceError, DeviceOp, ExecutionContext, GraphNode, Result};
@@ -18,6 +19,7 @@ use cuda_core::blas::{Blas, Linear};
 use cuda_core::{DeviceBuffer, PinnedBuffer, Stream};
 use half::bf16;
 use kernels::llama::{AttnShape, LlamaKernels, INACTIVE};
+use kernels::sample::{SampleParams, Sampler};
 use std::collections::BTreeMap;
 
 /// One piece of a prompt for [`LlamaModel::prefill`]: `tokens` fed to the sequence in `slot` at
@@ -58,7 +60,7 @@ pub(super) fn bucket_for(buckets: &[usize], tokens: usize) -> Result<usize> {
 }
 
 /// What one prefill call runs: its chunk bucket and the rows of the logit gather.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) struct Plan {
     /// The chunk bucket (rows of the graph).
     pub chunk: usize,
@@ -69,6 +71,9 @@ pub(super) struct Plan {
     pub logit_idx: Vec<u32>,
     /// The number of pieces that want a next token.
     pub wanted: usize,
+    /// The sampling parameters of each logit row (the wanted pieces in order, counter = the
+    /// position of the piece's last token), padded with greedy rows.
+    pub params: Vec<SampleParams>,
 }
 
 /// The logit rows of a chunk bucket: `min(chunk, slots)` (no call wants more next tokens than it
@@ -82,6 +87,7 @@ pub(super) fn logit_rows(chunk: usize, slots: usize) -> usize {
 /// smallest holding them. Pure: the CPU tests drive it directly.
 pub(super) fn plan(
     seqs: &[PrefillSeq<'_>],
+    sampling: Option<&[Sampling]>,
     opts: &ModelOptions,
     filled: &[u32],
     vocab: usize,
@@ -89,6 +95,18 @@ pub(super) fn plan(
 ) -> Result<Plan> {
     if seqs.is_empty() {
         return Err(refuse("a prefill needs at least one piece".into()));
+    }
+    if let Some(sampling) = sampling {
+        if sampling.len() != seqs.len() {
+            return Err(refuse(format!(
+                "{} sampling parameters for {} pieces (one per piece)",
+                sampling.len(),
+                seqs.len()
+            )));
+        }
+        for (i, x) in sampling.iter().enumerate() {
+            x.validate().map_err(|e| refuse(format!("piece {i}: {e}")))?;
+        }
     }
     let mut total = 0usize;
     let mut seen = vec![false; filled.len()];
@@ -140,17 +158,21 @@ pub(super) fn plan(
     }
     let mut rows = Vec::with_capacity(chunk);
     let mut logit_idx = Vec::with_capacity(l);
-    for p in seqs {
+    let mut params = Vec::with_capacity(l);
+    for (i, p) in seqs.iter().enumerate() {
         for (j, &t) in p.tokens.iter().enumerate() {
             rows.push((t, p.slot, p.start + j as u32)); // start + len <= max_seq < 2^32: no wrap
         }
         if p.want_next {
             logit_idx.push(rows.len() as u32 - 1); // rows.len() <= chunk <= MAX_BATCH
+            let last = p.start + p.tokens.len() as u32 - 1;
+            params.push(sampling.map_or(SampleParams::GREEDY, |x| x[i].params(last)));
         }
     }
     rows.resize(chunk, (0, INACTIVE, 0));
     logit_idx.resize(l, INACTIVE);
-    Ok(Plan { chunk, rows, logit_idx, wanted })
+    params.resize(l, SampleParams::GREEDY);
+    Ok(Plan { chunk, rows, logit_idx, wanted, params })
 }
 
 /// The device buffers of one chunk bucket of `chunk` rows: inputs (tokens, slots, positions), the
@@ -176,6 +198,8 @@ pub struct PrefillBuffers {
     last_xn: DeviceBuffer<bf16>,
     pub(crate) logits: DeviceBuffer<f32>,
     pub(crate) next: DeviceBuffer<u32>,
+    /// The sampling parameters of the logit rows (greedy rows keep the argmax).
+    pub(crate) params: DeviceBuffer<SampleParams>,
     argmax_scratch: DeviceBuffer<u64>,
     attn_partial: DeviceBuffer<f32>,
     attn_counters: DeviceBuffer<u32>,
@@ -222,6 +246,7 @@ impl PrefillBuffers {
             last_xn: z(cfg.hidden, l, "gathered normed hidden")?,
             logits: DeviceBuffer::zeros(stream, len(Some(cfg.vocab), l, "logits")?)?,
             next: DeviceBuffer::zeros(stream, l)?,
+            params: DeviceBuffer::zeros(stream, l)?,
             argmax_scratch: DeviceBuffer::zeros(
                 stream,
                 len(Some(kernels::llama::ARGMAX_SPLIT), l, "argmax")?,
@@ -244,6 +269,7 @@ impl PrefillBuffers {
             + b32.iter().map(|b| b.size_bytes()).sum::<usize>()
             + self.logits.size_bytes()
             + self.argmax_scratch.size_bytes()
+            + self.params.size_bytes()
             + self.attn_partial.size_bytes()
     }
 }
@@ -266,6 +292,7 @@ fn estimate_bytes(c: &LlamaConfig, chunk: usize, l: usize) -> usize {
         c.hidden.saturating_mul(4),
         c.vocab.saturating_add(2).saturating_mul(4),
         kernels::llama::ARGMAX_SPLIT.saturating_mul(8),
+        std::mem::size_of::<SampleParams>(),
     ]
     .into_iter()
     .fold(0usize, usize::saturating_add);
@@ -280,7 +307,8 @@ fn estimate_bytes(c: &LlamaConfig, chunk: usize, l: usize) -> usize {
 /// stacked q/k/v GEMM over the chunk's rows, the rotary key + cache append, the cached causal
 /// attention, the output GEMM added into the residual, RMSNorm, the gate/up GEMM, SwiGLU, and the
 /// down GEMM added into the residual; then the gather of the logit rows, RMSNorm, the LM head
-/// over those rows and the greedy argmax into `buf.next`.
+/// over those rows, the greedy argmax into `buf.next` and the sampler, which overwrites the rows
+/// whose `buf.params` ask for sampling.
 pub(crate) struct PrefillStep<'a> {
     pub cfg: &'a LlamaConfig,
     pub w: &'a DeviceWeights,
@@ -289,13 +317,14 @@ pub(crate) struct PrefillStep<'a> {
     pub buf: &'a mut PrefillBuffers,
     pub blas: &'a Blas,
     pub kernels: &'static LlamaKernels,
+    pub sampler: &'static Sampler,
 }
 
 impl DeviceOp for PrefillStep<'_> {
     type Output = ();
 
     fn execute(self, ctx: &ExecutionContext<'_>) -> Result<()> {
-        let PrefillStep { cfg, w, inv_freq, kv, buf, blas, kernels: k } = self;
+        let PrefillStep { cfg, w, inv_freq, kv, buf, blas, kernels: k, sampler } = self;
         let s = ctx.stream();
         let (c, l, h, eps) = (buf.chunk, buf.logit_rows, cfg.hidden, cfg.rms_eps as f32);
         let lin = |rows, in_dim, out_dim, accumulate| Linear { rows, in_dim, out_dim, accumulate };
@@ -344,6 +373,7 @@ impl DeviceOp for PrefillStep<'_> {
         k.rmsnorm(s, &buf.last_h, &w.final_norm, &mut buf.last_xn, l, h, eps)?;
         blas.linear(s, &buf.last_xn, w.output(), &mut buf.logits, lin(l, h, cfg.vocab, false))?;
         k.argmax(s, &buf.logits, &mut buf.argmax_scratch, &mut buf.next, cfg.vocab)?;
+        sampler.sample(s, &buf.logits, &buf.params, &mut buf.next, l, cfg.vocab)?;
         Ok(())
     }
 }
@@ -361,6 +391,7 @@ pub(super) struct PrefillBucket {
     in_slots: PinnedBuffer<u32>,
     in_positions: PinnedBuffer<u32>,
     in_logit_idx: PinnedBuffer<u32>,
+    in_params: PinnedBuffer<SampleParams>,
     out_next: PinnedBuffer<u32>,
     pub(super) info: BucketInfo,
     pub(super) last_used: u64,
@@ -378,6 +409,7 @@ impl PrefillBucket {
             (t[i], s[i], p[i]) = (tok, slot, pos);
         }
         self.in_logit_idx.as_mut_slice()?.copy_from_slice(&plan.logit_idx);
+        self.in_params.as_mut_slice()?.copy_from_slice(&plan.params);
         Ok(())
     }
 }

@@ -7,9 +7,11 @@ use super::{
     PrefillStep,
 };
 use crate::llama::model::{BucketInfo, LlamaModel};
+use crate::llama::sampling::Sampling;
 use cuda_async::{value, CudaGraph, DeviceOp, DeviceOpExt, Result};
 use cuda_core::PinnedBuffer;
 use kernels::llama::INACTIVE;
+use kernels::sample::SampleParams;
 use std::time::Instant;
 
 impl LlamaModel {
@@ -51,14 +53,16 @@ impl LlamaModel {
                 break;
             }
         }
-        let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, stream, .. } = self;
+        let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, sampler, stream, .. } = self;
+        let sampler = *sampler;
         let mut buf = PrefillBuffers::new(stream, cfg, chunk, l)?;
         let dev = stream.device();
-        PrefillStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels }.sync_on(stream)?;
+        PrefillStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels, sampler }
+            .sync_on(stream)?;
         let free_before = dev.memory_info()?.0;
         let t = Instant::now();
         let graph = CudaGraph::scope(stream, |s| {
-            s.record(PrefillStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels })?;
+            s.record(PrefillStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels, sampler })?;
             Ok(())
         })?;
         let capture_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -77,6 +81,7 @@ impl LlamaModel {
             in_slots: PinnedBuffer::new(dev, chunk, INACTIVE)?,
             in_positions: PinnedBuffer::new(dev, chunk, 0u32)?,
             in_logit_idx: PinnedBuffer::new(dev, l, INACTIVE)?,
+            in_params: PinnedBuffer::new(dev, l, SampleParams::GREEDY)?,
             out_next: PinnedBuffer::new(dev, l, 0u32)?,
             info,
             last_used: self.tick,
@@ -90,14 +95,25 @@ impl LlamaModel {
     fn prefill_stage(
         &mut self,
         seqs: &[PrefillSeq<'_>],
+        sampling: Option<&[Sampling]>,
         bucket: Option<usize>,
     ) -> Result<impl DeviceOp<Output = ()> + '_> {
-        let plan = plan(seqs, &self.opts, &self.filled, self.cfg.vocab, bucket)?;
+        let plan = plan(seqs, sampling, &self.opts, &self.filled, self.cfg.vocab, bucket)?;
         self.ensure_prefill(plan.chunk)?;
         self.prefill.last = Some((plan.chunk, plan.wanted));
         let b = self.prefill.buckets.get_mut(&plan.chunk).ok_or_else(|| refuse("bucket vanished".into()))?;
         b.write(&plan)?;
-        let PrefillBucket { buf, graph, in_tokens, in_slots, in_positions, in_logit_idx, out_next, .. } = b;
+        let PrefillBucket {
+            buf,
+            graph,
+            in_tokens,
+            in_slots,
+            in_positions,
+            in_logit_idx,
+            in_params,
+            out_next,
+            ..
+        } = b;
         Ok(value(())
             .and_then_with_context(move |(), ctx| {
                 let s = ctx.stream();
@@ -105,6 +121,7 @@ impl LlamaModel {
                 in_slots.copy_to_device_async(s, &mut buf.slots)?;
                 in_positions.copy_to_device_async(s, &mut buf.positions)?;
                 in_logit_idx.copy_to_device_async(s, &mut buf.logit_idx)?;
+                in_params.copy_to_device_async(s, &mut buf.params)?;
                 Ok(&buf.next)
             })
             .then(move |next| graph.launch().map(move |()| next))
@@ -155,7 +172,7 @@ impl LlamaModel {
     /// than the bucket's `min(bucket, slots)` logit rows; capture, copy and driver errors.
     pub fn prefill(&mut self, seqs: &[PrefillSeq<'_>]) -> Result<Vec<Option<u32>>> {
         let stream = self.stream.clone();
-        self.prefill_stage(seqs, None)?.sync_on(&stream)?;
+        self.prefill_stage(seqs, None, None)?.sync_on(&stream)?;
         self.prefill_finish(seqs)
     }
 
@@ -167,7 +184,7 @@ impl LlamaModel {
     /// ([`DeviceError::Shape`](cuda_async::DeviceError::Shape)); as for [`LlamaModel::prefill`].
     pub fn prefill_in_bucket(&mut self, seqs: &[PrefillSeq<'_>], bucket: usize) -> Result<Vec<Option<u32>>> {
         let stream = self.stream.clone();
-        self.prefill_stage(seqs, Some(bucket))?.sync_on(&stream)?;
+        self.prefill_stage(seqs, None, Some(bucket))?.sync_on(&stream)?;
         self.prefill_finish(seqs)
     }
 
@@ -178,7 +195,70 @@ impl LlamaModel {
     /// As for [`LlamaModel::prefill`].
     pub async fn prefill_async(&mut self, seqs: &[PrefillSeq<'_>]) -> Result<Vec<Option<u32>>> {
         let stream = self.stream.clone();
-        self.prefill_stage(seqs, None)?.on(&stream).await?;
+        self.prefill_stage(seqs, None, None)?.on(&stream).await?;
+        self.prefill_finish(seqs)
+    }
+
+    /// [`LlamaModel::prefill`] with per-piece sampling parameters (`sampling[i]` for `seqs[i]`;
+    /// only pieces that want a next token use theirs): a wanted piece's token is drawn on the GPU
+    /// inside the chunk's graph, with the random counter at the position of the piece's last
+    /// token, exactly as a decode step ([`LlamaModel::step_sampled`]) draws the token after that
+    /// position; greedy parameters give the argmax.
+    ///
+    /// ```no_run
+    /// use models::llama::{DeviceWeights, LlamaConfig, LlamaModel, ModelOptions, PrefillSeq, Sampling};
+    /// # fn main() -> cuda_async::Result<()> {
+    /// let stream = cuda_core::Device::new(0)?.new_stream()?;
+    /// let cfg = LlamaConfig::small();
+    /// let w = DeviceWeights::random(&stream, &cfg, 7, 0.02)?;
+    /// let mut m = LlamaModel::new(&stream, cfg, w, ModelOptions { slots: 4, max_seq: 64, ..Default::default() })?;
+    /// let hot = Sampling { temperature: 0.8, top_p: 0.95, top_k: 0, seed: 42 };
+    /// let next = m.prefill_sampled(&[PrefillSeq { slot: 0, start: 0, tokens: &[1, 5, 9], want_next: true }], &[hot])?;
+    /// assert!(next[0].is_some());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// `sampling.len() != seqs.len()` or invalid parameters ([`Sampling::validate`]) as
+    /// [`DeviceError::Shape`](cuda_async::DeviceError::Shape); as for [`LlamaModel::prefill`].
+    pub fn prefill_sampled(
+        &mut self,
+        seqs: &[PrefillSeq<'_>],
+        sampling: &[Sampling],
+    ) -> Result<Vec<Option<u32>>> {
+        let stream = self.stream.clone();
+        self.prefill_stage(seqs, Some(sampling), None)?.sync_on(&stream)?;
+        self.prefill_finish(seqs)
+    }
+
+    /// [`LlamaModel::prefill_sampled`] in a given prefill bucket (for replaying a sequence alone
+    /// in the buckets it was served in: draws depend only on the seed and the position).
+    ///
+    /// # Errors
+    /// As for [`LlamaModel::prefill_sampled`] and [`LlamaModel::prefill_in_bucket`].
+    pub fn prefill_sampled_in_bucket(
+        &mut self,
+        seqs: &[PrefillSeq<'_>],
+        sampling: &[Sampling],
+        bucket: usize,
+    ) -> Result<Vec<Option<u32>>> {
+        let stream = self.stream.clone();
+        self.prefill_stage(seqs, Some(sampling), Some(bucket))?.sync_on(&stream)?;
+        self.prefill_finish(seqs)
+    }
+
+    /// [`LlamaModel::prefill_sampled`] that resolves once the tokens are ready, without blocking
+    /// the executor thread.
+    ///
+    /// # Errors
+    /// As for [`LlamaModel::prefill_sampled`].
+    pub async fn prefill_sampled_async(
+        &mut self,
+        seqs: &[PrefillSeq<'_>],
+        sampling: &[Sampling],
+    ) -> Result<Vec<Option<u32>>> {
+        let stream = self.stream.clone();
+        self.prefill_stage(seqs, Some(sampling), None)?.on(&stream).await?;
         self.prefill_finish(seqs)
     }
 

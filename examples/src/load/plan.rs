@@ -10,7 +10,7 @@ use serde::Serialize;
 /// The options of `llama-load` (and of [`super::run_load`]).
 #[derive(clap::Args, Serialize, Debug, Clone)]
 pub struct LoadOptions {
-    /// The server's base URL (loopback only: 127.0.0.0/8, [::1] or localhost)
+    /// The server's base URL (loopback only: 127.0.0.0/8, ::1 or localhost)
     #[arg(long, default_value = "http://127.0.0.1:8000")]
     pub url: String,
     /// The model name sent in requests (default: the first of GET /v1/models)

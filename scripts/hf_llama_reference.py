@@ -16,6 +16,16 @@ Outputs, all in `--out DIR`:
 
 - `config.json`, `model.safetensors` (and `generation_config.json` where the transformers
   version writes one): the model, as `save_pretrained` writes it; `LlamaModel::from_hf_dir(&stream, DIR, opts)` loads it.
+- `tokenizer.json`, `tokenizer_config.json`: a byte-level BPE tokenizer with the model's exact
+  vocabulary size and a Llama 3 style chat template, written by `scripts/make_test_tokenizer.py`'s
+  `write(out, vocab)` (ids 0..4 are the special tokens: 0 `<|begin_of_text|>` = bos, 1
+  `<|end_of_text|>` = the config's eos; for the 1B shape the trained vocabulary is filled up to
+  128256 with added `<|filler_N|>` tokens, so every id has text). With these the folder is a complete
+  model directory for `llama-serve --model DIR`.
+
+With `--no-logits` only the model folder above (config, weights, tokenizer) is written and the
+reference prompts are not run (fast: no f32 copy, no forward passes); the outputs below are then
+absent.
 - `logits.safetensors`: for prompt `i` (0, 1, 2), tensors `p{i}.f32` and `p{i}.bf16`, both f32
   of shape `[T][vocab]` with `T = len(prompt) + steps - 1`; row `t` is the logits after feeding
   `tokens[0..=t]`, i.e. the prediction of `tokens[t + 1]` (`.f32`: the f32 model, `.bf16`: the
@@ -33,11 +43,12 @@ Outputs, all in `--out DIR`:
 `tests/tests/gpu_llama.rs` runs this script (or reads the directory named by `LLAMA_REF_DIR`) and compares the
 Rust decoder's tokens and logits with these files.
 
-Usage: python3 scripts/hf_llama_reference.py --out DIR [--shape small|1b] [--steps 16] [--seed 0]
+Usage: python3 scripts/hf_llama_reference.py --out DIR [--shape small|1b] [--steps 16] [--seed 0] [--no-logits]
 """
 import argparse
 import json
 import os
+import sys
 
 import torch
 from safetensors.torch import save_file
@@ -62,12 +73,23 @@ def config(shape):
     raise SystemExit(f"unknown shape {shape}")
 
 
+def write_tokenizer(out, vocab):
+    """Writes `tokenizer.json` + `tokenizer_config.json` for `vocab` ids next to the weights."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import make_test_tokenizer
+
+    tok = make_test_tokenizer.write(out, vocab)
+    assert tok.get_vocab_size() == vocab, (tok.get_vocab_size(), vocab)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--shape", default="small")
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-logits", action="store_true",
+                    help="write only the model folder (config, weights, tokenizer); skip the reference prompts")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -77,6 +99,10 @@ def main():
         model = LlamaForCausalLM(cfg)
     model = model.to(torch.bfloat16).eval()
     model.save_pretrained(args.out, safe_serialization=True)
+    write_tokenizer(args.out, cfg.vocab_size)
+    if args.no_logits:
+        print("wrote", args.out, "(model folder only: --no-logits)")
+        return
     m16 = model
     m32 = LlamaForCausalLM(cfg).to(dev)
     m32.load_state_dict({k: v.float() for k, v in model.state_dict().items()})

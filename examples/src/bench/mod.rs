@@ -4,6 +4,7 @@
 pub mod decode_view;
 pub mod raw;
 pub mod runner;
+pub mod serve_view;
 pub mod tables;
 pub mod tiny;
 

@@ -12,7 +12,9 @@
 //! The begin marker names a JSON file of the same folder and optionally a view after it:
 //! nothing for a comparison report (`benchmark`/`meta`/`rows`: the rows with raw, framework,
 //! ratio, goal and met, then the metadata and the rows' notes), `decode` for `bench-decode`'s
-//! per-batch table against PyTorch (in [`super::decode_view`]), or a dotted path
+//! per-batch table against PyTorch (in [`super::decode_view`]), `serve` for the serving check's
+//! merged report (in [`super::serve_view`]; a page quoting one that does not exist yet is left as
+//! committed, so the page can be written before the first run), or a dotted path
 //! (`meta.bandwidth`, `buckets`) to an array of objects, shown with one column per key. [`fill`]
 //! rewrites every block of a page; [`diff`] shows what differs between the committed text and the
 //! generated one.
@@ -44,6 +46,7 @@ pub fn render(block: &Block, json: &Value) -> Result<String> {
             Ok(report_table(&r, &block.file))
         }
         Some("decode") => super::decode_view::decode_table(json, &block.file).with_context(what),
+        Some("serve") => super::serve_view::serve_table(json, &block.file).with_context(what),
         Some(path) => {
             let mut v = json;
             for key in path.split('.') {
@@ -132,6 +135,16 @@ pub fn regenerate(dir: &Path) -> Result<(Vec<Page>, Vec<String>)> {
     for path in names.into_iter().filter(|p| p.extension().is_some_and(|x| x == "md")) {
         let committed =
             std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let optional_missing = |b: &Block| {
+            b.view.as_deref().is_some_and(|v| super::serve_view::OPTIONAL.contains(&v))
+                && !dir.join(&b.file).exists()
+        };
+        if blocks(&committed).with_context(|| format!("in {}", path.display()))?.iter().any(optional_missing)
+        {
+            // Its JSON does not exist yet: the page stays as committed.
+            pages.push(Page { path, generated: committed.clone(), committed });
+            continue;
+        }
         let generated = fill(&committed, |b| {
             let slot =
                 json.get_mut(&b.file).with_context(|| format!("no {} in {}", b.file, dir.display()))?;

@@ -23,7 +23,6 @@
 //! ```
 
 use crate::checks::{dim, len_check, mul, same_device};
-use crate::llama::BF16_SRC;
 use cuda_core::{Device, DeviceBuffer, Error, Function, LaunchConfig, PerDevice, Result, Stream};
 use half::bf16;
 
@@ -76,8 +75,8 @@ impl Gemv {
     pub fn get(device: &Device) -> Result<&'static Gemv> {
         static LOADED: PerDevice<Gemv> = PerDevice::new();
         LOADED.get_or_try_init(device, || {
-            let src = format!("{BF16_SRC}{GEMV_SRC}");
-            let m = device.compile_module("gemv.cu", &src, &["-std=c++17".to_string()])?;
+            let p = crate::programs::gemv();
+            let m = device.compile_module(p.name, &p.source, &p.options)?;
             Ok(Gemv {
                 device: *device,
                 max_blocks: device.multiprocessor_count()?.saturating_mul(8).max(1),

@@ -23,6 +23,7 @@ pub mod gemv;
 pub mod llama;
 pub mod ops;
 pub mod prefill;
+pub mod programs;
 pub mod sample;
 
 /// The `half` crate, whose `bf16` is the element type of the decoder kernels ([`llama`],
@@ -101,19 +102,16 @@ impl TypedKernels {
     }
 }
 
-fn options() -> Vec<String> {
-    vec!["-std=c++17".into()]
-}
-
 impl Kernels {
     /// The kernels on `device`, compiled (or read from the cache) and loaded on first use, then
     /// kept for the life of the process.
     pub fn get(device: &Device) -> Result<&'static Kernels> {
         static LOADED: PerDevice<Kernels> = PerDevice::new();
         LOADED.get_or_try_init(device, || {
-            let ew = device.compile_module("elementwise.cu", ELEMENTWISE_SRC, &options())?;
-            let red = device.compile_module("reduce.cu", REDUCE_SRC, &options())?;
-            let lin = device.compile_module("linear.cu", LINEAR_SRC, &options())?;
+            let compile = |p: programs::Program| device.compile_module(p.name, &p.source, &p.options);
+            let ew = compile(programs::elementwise())?;
+            let red = compile(programs::reduce())?;
+            let lin = compile(programs::linear())?;
             let sms = device.multiprocessor_count()?;
             Ok(Kernels {
                 device: *device,

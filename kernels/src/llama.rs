@@ -209,8 +209,8 @@ impl LlamaKernels {
     pub fn get(device: &Device) -> Result<&'static LlamaKernels> {
         static LOADED: PerDevice<LlamaKernels> = PerDevice::new();
         LOADED.get_or_try_init(device, || {
-            let src = format!("{BF16_SRC}{LLAMA_SRC}{PREFILL_SRC}");
-            let m = device.compile_module("llama.cu", &src, &["-std=c++17".to_string()])?;
+            let p = crate::programs::llama();
+            let m = device.compile_module(p.name, &p.source, &p.options)?;
             Ok(LlamaKernels {
                 device: *device,
                 max_blocks: device.multiprocessor_count()?.saturating_mul(8).max(1),

@@ -116,7 +116,8 @@ impl Sampler {
     pub fn get(device: &Device) -> Result<&'static Sampler> {
         static LOADED: PerDevice<Sampler> = PerDevice::new();
         LOADED.get_or_try_init(device, || {
-            let m = device.compile_module("sample.cu", SAMPLE_SRC, &["-std=c++17".to_string()])?;
+            let p = crate::programs::sample();
+            let m = device.compile_module(p.name, &p.source, &p.options)?;
             Ok(Sampler { device: *device, f: m.function("sample_rows_f32")? })
         })
     }

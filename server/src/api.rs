@@ -38,7 +38,12 @@ impl ApiError {
     }
 
     /// An error of another status.
-    pub fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> ApiError {
+    pub fn new(
+        status: StatusCode,
+        kind: &'static str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> ApiError {
         ApiError { status, message: message.into(), kind, param: None, code, retry_after: None }
     }
 
@@ -212,7 +217,11 @@ impl Common {
         }
         let temperature = self.temperature.unwrap_or(1.0);
         if !temperature.is_finite() || temperature < 0.0 {
-            return Err(ApiError::bad(Some("temperature"), "invalid_value", "temperature must be a finite number >= 0"));
+            return Err(ApiError::bad(
+                Some("temperature"),
+                "invalid_value",
+                "temperature must be a finite number >= 0",
+            ));
         }
         let top_p = self.top_p.unwrap_or(1.0);
         if !(top_p > 0.0 && top_p <= 1.0) {
@@ -227,7 +236,11 @@ impl Common {
             }
         };
         if self.stream_options.is_some() && !self.stream {
-            return Err(ApiError::bad(Some("stream_options"), "invalid_value", "stream_options needs stream: true"));
+            return Err(ApiError::bad(
+                Some("stream_options"),
+                "invalid_value",
+                "stream_options needs stream: true",
+            ));
         }
         Ok(Params {
             sampling: Sampling {
@@ -250,7 +263,12 @@ impl Common {
 /// # Errors
 /// A 400: an empty prompt, a prompt that fills the context (`prompt`,
 /// `context_length_exceeded`), `max_tokens` below 1 or beyond the room left (`max_tokens`).
-pub fn max_tokens(requested: Option<i64>, default: Option<u32>, prompt_len: usize, max_seq: u32) -> Result<u32, ApiError> {
+pub fn max_tokens(
+    requested: Option<i64>,
+    default: Option<u32>,
+    prompt_len: usize,
+    max_seq: u32,
+) -> Result<u32, ApiError> {
     if prompt_len == 0 {
         return Err(ApiError::bad(Some("prompt"), "invalid_value", "the prompt is empty"));
     }
@@ -263,7 +281,9 @@ pub fn max_tokens(requested: Option<i64>, default: Option<u32>, prompt_len: usiz
         ));
     }
     match requested {
-        Some(n) if n < 1 => Err(ApiError::bad(Some("max_tokens"), "invalid_value", "max_tokens must be at least 1")),
+        Some(n) if n < 1 => {
+            Err(ApiError::bad(Some("max_tokens"), "invalid_value", "max_tokens must be at least 1"))
+        }
         Some(n) if n as u64 > room as u64 => Err(ApiError::bad(
             Some("max_tokens"),
             "context_length_exceeded",

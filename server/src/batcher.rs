@@ -6,7 +6,9 @@
 //! KV slot is FIFO. While a call runs, the task keeps taking in requests, replays and shutdown;
 //! a client that dropped its receiver is reaped (its slot freed) before the next call.
 
-use crate::engine::{DecodeRecord, DecodeRow, Engine, EngineError, EngineLimits, PrefillPiece, PrefillRecord, Sampling};
+use crate::engine::{
+    DecodeRecord, DecodeRow, Engine, EngineError, EngineLimits, PrefillPiece, PrefillRecord, Sampling,
+};
 use crate::paths::{FinishedPath, PathStore};
 use std::collections::{BTreeSet, VecDeque};
 use std::future::Future;
@@ -212,8 +214,13 @@ pub fn spawn<E: Engine>(engine: E, cfg: BatcherConfig) -> (BatcherHandle, tokio:
     let (tx, rx) = mpsc::unbounded_channel();
     let waiting = Arc::new(AtomicUsize::new(0));
     let draining = Arc::new(AtomicBool::new(false));
-    let handle =
-        BatcherHandle { tx, waiting: waiting.clone(), draining, max_queue: cfg.max_queue, limits: limits.clone() };
+    let handle = BatcherHandle {
+        tx,
+        waiting: waiting.clone(),
+        draining,
+        max_queue: cfg.max_queue,
+        limits: limits.clone(),
+    };
     let st = State {
         free: (0..limits.slots).collect(),
         paths: PathStore::new(cfg.paths_kept),
@@ -328,7 +335,8 @@ impl State {
     fn update_gauges(&self) {
         metrics::gauge!(crate::metrics::QUEUE).set(self.queue.len() as f64);
         metrics::gauge!(crate::metrics::RUNNING).set(self.running.len() as f64);
-        metrics::gauge!(crate::metrics::SLOTS_USED).set((self.limits.slots as usize - self.free.len()) as f64);
+        metrics::gauge!(crate::metrics::SLOTS_USED)
+            .set((self.limits.slots as usize - self.free.len()) as f64);
     }
 }
 
@@ -461,7 +469,12 @@ impl<E: Engine> Batcher<E> {
             .iter()
             .map(|&i| {
                 let s = &self.st.running[i];
-                DecodeRow { slot: s.slot, position: s.position, token: s.next_token, sampling: s.req.sampling }
+                DecodeRow {
+                    slot: s.slot,
+                    position: s.position,
+                    token: s.next_token,
+                    sampling: s.req.sampling,
+                }
             })
             .collect();
         metrics::counter!(crate::metrics::STEPS, "kind" => "decode").increment(1);
@@ -479,7 +492,10 @@ impl<E: Engine> Batcher<E> {
             }
             Ok(r) => self.st.fail(
                 &idx,
-                &EngineError::Invalid { what: "a decode step", msg: format!("{} tokens for {} rows", r.tokens.len(), rows.len()) },
+                &EngineError::Invalid {
+                    what: "a decode step",
+                    msg: format!("{} tokens for {} rows", r.tokens.len(), rows.len()),
+                },
             ),
             Err(e) => self.st.fail(&idx, &e),
         }
@@ -522,7 +538,12 @@ impl<E: Engine> Batcher<E> {
                     s.prefilled += p.tokens.len();
                     s.position = s.prefilled as u32;
                     let want = p.want_next;
-                    s.path.prefill.push(PrefillRecord { start: p.start, tokens: p.tokens, want_next: want, bucket: r.bucket });
+                    s.path.prefill.push(PrefillRecord {
+                        start: p.start,
+                        tokens: p.tokens,
+                        want_next: want,
+                        bucket: r.bucket,
+                    });
                     match (want, next) {
                         (true, Some(t)) if s.done.is_none() => emit(&cfg.eos, limits.max_seq, s, t),
                         (true, None) => {
@@ -534,7 +555,10 @@ impl<E: Engine> Batcher<E> {
             }
             Ok(_) => self.st.fail(
                 &idx,
-                &EngineError::Invalid { what: "a prefill call", msg: "a result per piece was expected".into() },
+                &EngineError::Invalid {
+                    what: "a prefill call",
+                    msg: "a result per piece was expected".into(),
+                },
             ),
             Err(e) => self.st.fail(&idx, &e),
         }

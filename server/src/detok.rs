@@ -60,8 +60,8 @@ impl Detokenizer {
 /// use server::detok::StopMatcher;
 /// let mut m = StopMatcher::new(vec!["END".into()]);
 /// assert_eq!(m.push("abcE"), ("abc".to_string(), false));
-/// assert_eq!(m.push("Nzz"), (String::new(), false));
-/// assert_eq!(m.push("D!"), ("ENzz".to_string(), false));
+/// assert_eq!(m.push("Nzz"), ("ENzz".to_string(), false));
+/// assert_eq!(m.push("!EN"), ("!".to_string(), false));
 /// let mut m = StopMatcher::new(vec!["END".into()]);
 /// assert_eq!(m.push("xE"), ("x".to_string(), false));
 /// assert_eq!(m.push("ND tail"), (String::new(), true));
@@ -76,7 +76,11 @@ pub struct StopMatcher {
 impl StopMatcher {
     /// A matcher of `stops` (empty strings are ignored).
     pub fn new(stops: Vec<String>) -> StopMatcher {
-        StopMatcher { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new(), stopped: false }
+        StopMatcher {
+            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
+            held: String::new(),
+            stopped: false,
+        }
     }
 
     /// Whether a stop string was found.

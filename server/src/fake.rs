@@ -2,7 +2,8 @@
 //! history (and, for sampled rows, of the seed and position; optionally of the bucket).
 
 use crate::engine::{
-    DecodeRow, Engine, EngineError, EngineLimits, PrefillPiece, PrefillResult, ReplayPath, Sampling, StepResult,
+    DecodeRow, Engine, EngineError, EngineLimits, PrefillPiece, PrefillResult, ReplayPath, Sampling,
+    StepResult,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -113,9 +114,13 @@ impl FakeEngine {
         if position >= self.limits.max_seq {
             return Err(bad(format!("position {position} beyond max_seq")));
         }
-        let h = self.history.get_mut(slot as usize).ok_or_else(|| bad(format!("slot {slot} out of range")))?;
+        let h =
+            self.history.get_mut(slot as usize).ok_or_else(|| bad(format!("slot {slot} out of range")))?;
         if position as usize > h.len() {
-            return Err(bad(format!("slot {slot} holds {} positions; position {position} skips some", h.len())));
+            return Err(bad(format!(
+                "slot {slot} holds {} positions; position {position} skips some",
+                h.len()
+            )));
         }
         h.truncate(position as usize);
         h.push(token);
@@ -130,11 +135,19 @@ impl FakeEngine {
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             if !seen.insert(r.slot) {
-                return Err(EngineError::Invalid { what: "a decode step", msg: format!("slot {} twice", r.slot) });
+                return Err(EngineError::Invalid {
+                    what: "a decode step",
+                    msg: format!("slot {} twice", r.slot),
+                });
             }
             self.feed("a decode step", r.slot, r.position, r.token)?;
             let b = if self.bucket_sensitive { bucket } else { 0 };
-            out.push(FakeEngine::next_token(self.limits.vocab, &self.history[r.slot as usize], r.sampling, b));
+            out.push(FakeEngine::next_token(
+                self.limits.vocab,
+                &self.history[r.slot as usize],
+                r.sampling,
+                b,
+            ));
         }
         Ok(out)
     }
@@ -153,10 +166,9 @@ impl FakeEngine {
                 self.feed("a prefill call", p.slot, pos, t)?;
             }
             let b = if self.bucket_sensitive { bucket } else { 0 };
-            out.push(
-                p.want_next
-                    .then(|| FakeEngine::next_token(self.limits.vocab, &self.history[p.slot as usize], p.sampling, b)),
-            );
+            out.push(p.want_next.then(|| {
+                FakeEngine::next_token(self.limits.vocab, &self.history[p.slot as usize], p.sampling, b)
+            }));
         }
         Ok(out)
     }
@@ -201,8 +213,13 @@ impl Engine for FakeEngine {
         let sampling = path.sampling.unwrap_or(Sampling::GREEDY);
         let mut out = Vec::new();
         for p in &path.prefill {
-            let piece =
-                PrefillPiece { slot, start: p.start, tokens: p.tokens.clone(), want_next: p.want_next, sampling };
+            let piece = PrefillPiece {
+                slot,
+                start: p.start,
+                tokens: p.tokens.clone(),
+                want_next: p.want_next,
+                sampling,
+            };
             if let Some(t) = self.prefill_in(&[piece], p.bucket)?[0] {
                 out.push(t);
             }
@@ -212,7 +229,9 @@ impl Engine for FakeEngine {
                 what: "replaying a path",
                 msg: "a decode step before any generated token".into(),
             })?;
-            out.push(self.decode_in(&[DecodeRow { slot, position: d.position, token, sampling }], d.bucket)?[0]);
+            out.push(
+                self.decode_in(&[DecodeRow { slot, position: d.position, token, sampling }], d.bucket)?[0],
+            );
         }
         self.release(slot);
         Ok(out)

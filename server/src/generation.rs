@@ -35,7 +35,12 @@ pub struct Generation {
 impl Generation {
     /// Wraps `rx`; with `every_token` a chunk comes for every token even when its text is
     /// empty (for `return_token_ids`).
-    pub fn new(rx: mpsc::UnboundedReceiver<Event>, tok: Arc<TextTokenizer>, stop: Vec<String>, every_token: bool) -> Generation {
+    pub fn new(
+        rx: mpsc::UnboundedReceiver<Event>,
+        tok: Arc<TextTokenizer>,
+        stop: Vec<String>,
+        every_token: bool,
+    ) -> Generation {
         Generation {
             rx: Some(rx),
             tok,
@@ -54,7 +59,7 @@ impl Generation {
         }
         let mut pending = Chunk::default();
         loop {
-            let Some(rx) = self.rx.as_mut() else { return None };
+            let rx = self.rx.as_mut()?;
             let ev = rx.recv().await;
             match ev {
                 Some(Event::Token(t)) => {

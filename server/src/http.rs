@@ -61,9 +61,23 @@ pub fn router(state: Arc<AppState>) -> Router {
     if state.cfg.debug_replay {
         r = r.route("/debug/replay", post(replay));
     }
-    r.fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", "no such route") })
-        .layer(DefaultBodyLimit::max(limit))
-        .with_state(state)
+    r.fallback(|| async {
+        ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", "no such route")
+    })
+    .layer(DefaultBodyLimit::max(limit))
+    .with_state(state)
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves (then drains as axum does).
+///
+/// # Errors
+/// I/O errors of the listener.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
 }
 
 fn now_secs() -> u64 {
@@ -83,25 +97,49 @@ fn check_key(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     if got.and_then(|v| v.strip_prefix("Bearer ")) == Some(key.as_str()) {
         Ok(())
     } else {
-        Err(ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", "invalid_api_key", "a valid bearer key is required"))
+        Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "invalid_api_key",
+            "a valid bearer key is required",
+        ))
     }
 }
 
 /// Checks the key, the content type and the body, and parses the JSON.
-fn parse<T: serde::de::DeserializeOwned>(st: &AppState, headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+fn parse<T: serde::de::DeserializeOwned>(
+    st: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
     check_key(st, headers)?;
     if st.batcher.is_draining() {
-        let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "shutting_down", "the server is shutting down");
+        let mut e = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "shutting_down",
+            "the server is shutting down",
+        );
         e.retry_after = Some(1);
         return Err(e);
     }
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !ct.trim_start().to_ascii_lowercase().starts_with("application/json") {
-        return Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "invalid_request_error", "unsupported_media_type", "Content-Type must be application/json"));
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            "unsupported_media_type",
+            "Content-Type must be application/json",
+        ));
     }
     let body = body.map_err(|r| {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", "body_too_large", format!("the body exceeds {} bytes", st.cfg.max_body_bytes))
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                "body_too_large",
+                format!("the body exceeds {} bytes", st.cfg.max_body_bytes),
+            )
         } else {
             ApiError::bad(None, "invalid_body", r.body_text())
         }
@@ -112,7 +150,10 @@ fn parse<T: serde::de::DeserializeOwned>(st: &AppState, headers: &HeaderMap, bod
     })
 }
 
-fn submit(st: &AppState, req: GenRequest) -> Result<tokio::sync::mpsc::UnboundedReceiver<crate::batcher::Event>, ApiError> {
+fn submit(
+    st: &AppState,
+    req: GenRequest,
+) -> Result<tokio::sync::mpsc::UnboundedReceiver<crate::batcher::Event>, ApiError> {
     st.batcher.submit(req).map_err(|e| match e {
         SubmitError::Invalid(m) => ApiError::bad(None, "invalid_value", m),
         SubmitError::QueueFull(_) | SubmitError::ShuttingDown => {
@@ -142,8 +183,12 @@ struct Reply {
 impl Reply {
     fn choice(&self, c: &Chunk, stream: bool, first: bool) -> Value {
         let mut v = match (self.kind, stream) {
-            (Kind::Completion, _) => json!({"index": 0, "text": c.text, "logprobs": null, "finish_reason": c.finish}),
-            (Kind::Chat, false) => json!({"index": 0, "message": {"role": "assistant", "content": c.text}, "logprobs": null, "finish_reason": c.finish}),
+            (Kind::Completion, _) => {
+                json!({"index": 0, "text": c.text, "logprobs": null, "finish_reason": c.finish})
+            }
+            (Kind::Chat, false) => {
+                json!({"index": 0, "message": {"role": "assistant", "content": c.text}, "logprobs": null, "finish_reason": c.finish})
+            }
             (Kind::Chat, true) => {
                 let mut delta = serde_json::Map::new();
                 if first {
@@ -182,7 +227,11 @@ fn sse(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
-async fn respond(st: Arc<AppState>, reply: Reply, rx: tokio::sync::mpsc::UnboundedReceiver<crate::batcher::Event>) -> Response {
+async fn respond(
+    st: Arc<AppState>,
+    reply: Reply,
+    rx: tokio::sync::mpsc::UnboundedReceiver<crate::batcher::Event>,
+) -> Response {
     let every = reply.params.return_token_ids;
     let mut generation = Generation::new(rx, st.tok.clone(), reply.params.stop.clone(), every);
     if !reply.params.stream {
@@ -192,7 +241,8 @@ async fn respond(st: Arc<AppState>, reply: Reply, rx: tokio::sync::mpsc::Unbound
                 v["usage"] = reply.usage(generation.completion_tokens);
                 Json(v).into_response()
             }
-            Err(why) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "aborted", why).into_response(),
+            Err(why) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "aborted", why)
+                .into_response(),
         };
     }
     // A stream of SSE frames; dropping it (client gone) drops `generation`, which cancels.
@@ -228,17 +278,28 @@ async fn respond(st: Arc<AppState>, reply: Reply, rx: tokio::sync::mpsc::Unbound
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-async fn completions(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+async fn completions(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let run = async {
         let req: CompletionRequest = parse(&st, &headers, body)?;
         let params = req.common().params()?;
         let prompt = match &req.prompt {
-            PromptInput::Text(t) => st.tok.encode(t, true).map_err(|e| ApiError::bad(Some("prompt"), "invalid_value", e.to_string()))?,
+            PromptInput::Text(t) => st
+                .tok
+                .encode(t, true)
+                .map_err(|e| ApiError::bad(Some("prompt"), "invalid_value", e.to_string()))?,
             PromptInput::Tokens(ids) => ids.clone(),
         };
         let limits = st.batcher.limits();
         if let Some(t) = prompt.iter().find(|&&t| t >= limits.vocab) {
-            return Err(ApiError::bad(Some("prompt"), "invalid_value", format!("token {t} is outside the vocabulary ({})", limits.vocab)));
+            return Err(ApiError::bad(
+                Some("prompt"),
+                "invalid_value",
+                format!("token {t} is outside the vocabulary ({})", limits.vocab),
+            ));
         }
         let n = max_tokens(req.max_tokens, Some(16), prompt.len(), limits.max_seq)?;
         Ok((params, prompt, n))
@@ -249,16 +310,31 @@ async fn completions(State(st): State<Arc<AppState>>, headers: HeaderMap, body: 
     }
 }
 
-async fn chat(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+async fn chat(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let run = async {
         let req: ChatRequest = parse(&st, &headers, body)?;
         let params = req.common().params()?;
         if req.messages.is_empty() {
             return Err(ApiError::bad(Some("messages"), "invalid_value", "messages is empty"));
         }
-        let text = st.tok.render_chat(&req.messages, true).map_err(|e| ApiError::bad(Some("messages"), "invalid_value", e.to_string()))?;
-        let prompt = st.tok.encode(&text, false).map_err(|e| ApiError::bad(Some("messages"), "invalid_value", e.to_string()))?;
-        let n = max_tokens(req.max_tokens.or(req.max_completion_tokens), None, prompt.len(), st.batcher.limits().max_seq)?;
+        let text = st
+            .tok
+            .render_chat(&req.messages, true)
+            .map_err(|e| ApiError::bad(Some("messages"), "invalid_value", e.to_string()))?;
+        let prompt = st
+            .tok
+            .encode(&text, false)
+            .map_err(|e| ApiError::bad(Some("messages"), "invalid_value", e.to_string()))?;
+        let n = max_tokens(
+            req.max_tokens.or(req.max_completion_tokens),
+            None,
+            prompt.len(),
+            st.batcher.limits().max_seq,
+        )?;
         Ok((params, prompt, n))
     };
     match run.await {
@@ -275,7 +351,8 @@ async fn start(st: Arc<AppState>, kind: Kind, params: Params, prompt: Vec<u32>, 
         Ok(rx) => rx,
         Err(e) => return e.into_response(),
     };
-    let reply = Reply { id, created: now_secs(), model: st.cfg.model_name.clone(), kind, params, prompt_tokens };
+    let reply =
+        Reply { id, created: now_secs(), model: st.cfg.model_name.clone(), kind, params, prompt_tokens };
     respond(st, reply, rx).await
 }
 
@@ -304,12 +381,27 @@ struct ReplayBody {
     id: String,
 }
 
-async fn replay(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+async fn replay(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let run = async {
         let b: ReplayBody = parse(&st, &headers, body)?;
-        let out = st.batcher.replay(&b.id).await.map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "replay_failed", e.to_string()))?;
-        let o = out.ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", format!("no recorded path for {}", b.id)))?;
-        Ok::<_, ApiError>(Json(json!({"id": b.id, "token_ids": o.replayed, "served_token_ids": o.served, "equal": o.replayed == o.served})))
+        let out = st.batcher.replay(&b.id).await.map_err(|e| {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "replay_failed", e.to_string())
+        })?;
+        let o = out.ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "not_found",
+                format!("no recorded path for {}", b.id),
+            )
+        })?;
+        Ok::<_, ApiError>(Json(
+            json!({"id": b.id, "token_ids": o.replayed, "served_token_ids": o.served, "equal": o.replayed == o.served}),
+        ))
     };
     match run.await {
         Ok(j) => j.into_response(),

@@ -112,7 +112,8 @@ fn step(model: &mut LlamaModel, rows: &[Row], bucket: usize) -> Result<Vec<u32>,
 
 fn decode(model: &mut LlamaModel, rows: &[DecodeRow]) -> Result<StepResult, EngineError> {
     let bucket = model.bucket_of(rows.len()).map_err(dev("choosing a bucket"))?;
-    let r: Vec<Row> = rows.iter().map(|r| Row { slot: r.slot, position: r.position, token: r.token }).collect();
+    let r: Vec<Row> =
+        rows.iter().map(|r| Row { slot: r.slot, position: r.position, token: r.token }).collect();
     Ok(StepResult { tokens: step(model, &r, bucket)?, bucket: bucket as u32 })
 }
 
@@ -122,7 +123,11 @@ fn prefill(model: &mut LlamaModel, pieces: &[PrefillPiece]) -> Result<PrefillRes
 }
 
 /// Feeds the pieces one token of each per step, every step in `bucket`.
-fn prefill_in(model: &mut LlamaModel, pieces: &[PrefillPiece], bucket: usize) -> Result<Vec<Option<u32>>, EngineError> {
+fn prefill_in(
+    model: &mut LlamaModel,
+    pieces: &[PrefillPiece],
+    bucket: usize,
+) -> Result<Vec<Option<u32>>, EngineError> {
     let longest = pieces.iter().map(|p| p.tokens.len()).max().unwrap_or(0);
     let mut next = vec![None; pieces.len()];
     for i in 0..longest {
@@ -147,11 +152,14 @@ fn replay(model: &mut LlamaModel, slot: u32, path: &ReplayPath) -> Result<Vec<u3
     let sampling = path.sampling.unwrap_or(crate::engine::Sampling::GREEDY);
     let mut out = Vec::new();
     for p in &path.prefill {
-        let piece = PrefillPiece { slot, start: p.start, tokens: p.tokens.clone(), want_next: p.want_next, sampling };
+        let piece =
+            PrefillPiece { slot, start: p.start, tokens: p.tokens.clone(), want_next: p.want_next, sampling };
         out.extend(prefill_in(model, &[piece], p.bucket as usize)?.into_iter().flatten());
     }
     for d in &path.decode {
-        let token = *out.last().ok_or(EngineError::Invalid { what: "replaying a path", msg: "no token to feed".into() })?;
+        let token = *out
+            .last()
+            .ok_or(EngineError::Invalid { what: "replaying a path", msg: "no token to feed".into() })?;
         out.push(step(model, &[Row { slot, position: d.position, token }], d.bucket as usize)?[0]);
     }
     model.release_slot(slot).map_err(dev("releasing a slot"))?;

@@ -49,7 +49,12 @@ impl Percentiles {
         }
         v.sort_by(f64::total_cmp);
         let at = |q: f64| v[((q * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)] * 1e3;
-        Percentiles { p50: at(0.5), p90: at(0.9), p99: at(0.99), mean: v.iter().sum::<f64>() / v.len() as f64 * 1e3 }
+        Percentiles {
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+            mean: v.iter().sum::<f64>() / v.len() as f64 * 1e3,
+        }
     }
 }
 
@@ -99,7 +104,9 @@ struct One {
 
 /// Whether request `r` of client `c` is sampled and after how many tokens it is cancelled.
 pub fn choice(cfg: &LoadConfig, c: usize, r: usize) -> (Option<Sampling>, Option<u32>, rand::rngs::StdRng) {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed ^ ((c as u64) << 32 | r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(
+        cfg.seed ^ ((c as u64) << 32 | r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+    );
     let sampled = rng.random::<f64>() < cfg.sampled_fraction;
     let cancel = rng.random::<f64>() < cfg.cancel_fraction;
     let after = rng.random_range(1..cfg.max_tokens.max(2));
@@ -110,10 +117,24 @@ pub fn choice(cfg: &LoadConfig, c: usize, r: usize) -> (Option<Sampling>, Option
 async fn one(h: BatcherHandle, cfg: LoadConfig, c: usize, r: usize, vocab: u32) -> One {
     let (sampling, cancel_after, mut rng) = choice(&cfg, c, r);
     let lo = 5.min(vocab.saturating_sub(1));
-    let prompt: Vec<u32> = (0..cfg.prompt_tokens.max(1)).map(|_| rng.random_range(lo..vocab.max(lo + 1))).collect();
+    let prompt: Vec<u32> =
+        (0..cfg.prompt_tokens.max(1)).map(|_| rng.random_range(lo..vocab.max(lo + 1))).collect();
     let id = format!("bench-{c}-{r}");
-    let req = GenRequest { id: id.clone(), prompt, max_tokens: cfg.max_tokens, sampling: sampling.unwrap_or(Sampling::GREEDY) };
-    let mut o = One { id, tokens: Vec::new(), ttft: None, gaps: Vec::new(), completed: false, cancelled: false, error: false };
+    let req = GenRequest {
+        id: id.clone(),
+        prompt,
+        max_tokens: cfg.max_tokens,
+        sampling: sampling.unwrap_or(Sampling::GREEDY),
+    };
+    let mut o = One {
+        id,
+        tokens: Vec::new(),
+        ttft: None,
+        gaps: Vec::new(),
+        completed: false,
+        cancelled: false,
+        error: false,
+    };
     let start = Instant::now();
     let mut rx = loop {
         match h.submit(req.clone()) {
@@ -179,7 +200,15 @@ pub async fn run(h: &BatcherHandle, cfg: &LoadConfig) -> Result<LoadOutcome, cra
     for t in tasks {
         match t.await {
             Ok(v) => all.extend(v),
-            Err(_) => all.push(One { id: String::new(), tokens: vec![], ttft: None, gaps: vec![], completed: false, cancelled: false, error: true }),
+            Err(_) => all.push(One {
+                id: String::new(),
+                tokens: vec![],
+                ttft: None,
+                gaps: vec![],
+                completed: false,
+                cancelled: false,
+                error: true,
+            }),
         }
     }
     let wall_s = t0.elapsed().as_secs_f64();

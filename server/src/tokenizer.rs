@@ -79,11 +79,15 @@ impl TextTokenizer {
     ///
     /// # Errors
     /// [`TokenizerError::Load`] for invalid JSON or a tokenizer the crate cannot build.
-    pub fn from_json(tokenizer: &str, config: &str, extra_eos: &[u32]) -> Result<TextTokenizer, TokenizerError> {
+    pub fn from_json(
+        tokenizer: &str,
+        config: &str,
+        extra_eos: &[u32],
+    ) -> Result<TextTokenizer, TokenizerError> {
         let tk = tokenizers::Tokenizer::from_bytes(tokenizer.as_bytes())
             .map_err(|e| TokenizerError::Load(format!("tokenizer.json: {e}")))?;
-        let cfg: Value =
-            serde_json::from_str(config).map_err(|e| TokenizerError::Load(format!("tokenizer_config.json: {e}")))?;
+        let cfg: Value = serde_json::from_str(config)
+            .map_err(|e| TokenizerError::Load(format!("tokenizer_config.json: {e}")))?;
         let template = match cfg.get("chat_template") {
             Some(Value::String(s)) => Some(s.clone()),
             // A list of named templates: take "default".
@@ -123,11 +127,13 @@ impl TextTokenizer {
     pub fn from_dir(dir: &Path) -> Result<TextTokenizer, TokenizerError> {
         let read = |name: &str| {
             let p = dir.join(name);
-            std::fs::read_to_string(&p).map_err(|source| TokenizerError::Io { path: p.display().to_string(), source })
+            std::fs::read_to_string(&p)
+                .map_err(|source| TokenizerError::Io { path: p.display().to_string(), source })
         };
         let mut eos = Vec::new();
         if let Ok(text) = read("config.json") {
-            let v: Value = serde_json::from_str(&text).map_err(|e| TokenizerError::Load(format!("config.json: {e}")))?;
+            let v: Value =
+                serde_json::from_str(&text).map_err(|e| TokenizerError::Load(format!("config.json: {e}")))?;
             match v.get("eos_token_id") {
                 Some(Value::Number(n)) => eos.extend(n.as_u64().map(|x| x as u32)),
                 Some(Value::Array(a)) => eos.extend(a.iter().filter_map(Value::as_u64).map(|x| x as u32)),
@@ -177,7 +183,11 @@ impl TextTokenizer {
     /// # Errors
     /// [`TokenizerError::NoTemplate`]; [`TokenizerError::Template`] for a template that fails
     /// (including one that calls `raise_exception`).
-    pub fn render_chat(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, TokenizerError> {
+    pub fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
         let src = self.template.as_deref().ok_or(TokenizerError::NoTemplate)?;
         let mut env = minijinja::Environment::new();
         env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {

@@ -33,12 +33,17 @@ fn prompt(seed: u32, len: usize) -> Vec<u32> {
 async fn many_concurrent_requests_get_the_expected_tokens() {
     let eng = FakeEngine::new(8, 256, VOCAB, 24).with_delay(Duration::from_micros(300));
     let eos = vec![1u32, 4];
-    let (h, task) = spawn(eng, BatcherConfig { max_queue: 100, prefill_chunk: 24, eos: eos.clone(), paths_kept: 0 });
+    let (h, task) =
+        spawn(eng, BatcherConfig { max_queue: 100, prefill_chunk: 24, eos: eos.clone(), paths_kept: 0 });
     let mut jobs = Vec::new();
     for i in 0..40u32 {
         let len = 1 + (i as usize * 7) % 60; // prompts longer than a prefill chunk span rounds
         let n = 1 + (i * 5) % 40;
-        let s = if i % 2 == 0 { Sampling::GREEDY } else { Sampling { temperature: 0.7, top_p: 0.9, top_k: 20, seed: u64::from(i) * 31 } };
+        let s = if i % 2 == 0 {
+            Sampling::GREEDY
+        } else {
+            Sampling { temperature: 0.7, top_p: 0.9, top_k: 20, seed: u64::from(i) * 31 }
+        };
         let p = prompt(i, len);
         let want = FakeEngine::expected(VOCAB, &p, s, n as usize, &eos);
         let rx = h.submit(req(&format!("r{i}"), p, n, s)).unwrap();
@@ -58,7 +63,8 @@ async fn many_concurrent_requests_get_the_expected_tokens() {
 async fn admission_is_fifo() {
     // Two slots, ten requests: first tokens must come in submission order.
     let eng = FakeEngine::new(2, 256, VOCAB, 64).with_delay(Duration::from_millis(1));
-    let (h, task) = spawn(eng, BatcherConfig { max_queue: 100, prefill_chunk: 64, eos: vec![], paths_kept: 0 });
+    let (h, task) =
+        spawn(eng, BatcherConfig { max_queue: 100, prefill_chunk: 64, eos: vec![], paths_kept: 0 });
     let mut rxs = Vec::new();
     for i in 0..10u32 {
         rxs.push(h.submit(req(&format!("f{i}"), prompt(i, 4), 6, Sampling::GREEDY)).unwrap());
@@ -95,7 +101,8 @@ async fn admission_is_fifo() {
 async fn a_cancelled_stream_frees_its_slot_within_one_step() {
     let eng = FakeEngine::new(1, 1024, VOCAB, 64).with_delay(Duration::from_millis(5));
     let steps = eng.step_counter();
-    let (h, task) = spawn(eng, BatcherConfig { max_queue: 10, prefill_chunk: 64, eos: vec![], paths_kept: 0 });
+    let (h, task) =
+        spawn(eng, BatcherConfig { max_queue: 10, prefill_chunk: 64, eos: vec![], paths_kept: 0 });
     let mut a = h.submit(req("a", prompt(1, 3), 900, Sampling::GREEDY)).unwrap();
     for _ in 0..3 {
         assert!(matches!(a.recv().await, Some(Event::Token(_))));
@@ -144,7 +151,8 @@ async fn a_full_queue_refuses() {
 #[tokio::test]
 async fn shutdown_drains_then_aborts() {
     let eng = FakeEngine::new(2, 1024, VOCAB, 64).with_delay(Duration::from_millis(1));
-    let (h, task) = spawn(eng, BatcherConfig { max_queue: 10, prefill_chunk: 64, eos: vec![], paths_kept: 0 });
+    let (h, task) =
+        spawn(eng, BatcherConfig { max_queue: 10, prefill_chunk: 64, eos: vec![], paths_kept: 0 });
     let short = h.submit(req("s", prompt(1, 3), 20, Sampling::GREEDY)).unwrap();
     let mut long = h.submit(req("l", prompt(2, 3), 1000, Sampling::GREEDY)).unwrap();
     wait_first(&mut long).await;
@@ -152,7 +160,10 @@ async fn shutdown_drains_then_aborts() {
     assert!(h.is_draining());
     assert_eq!(h.submit(req("n", prompt(3, 3), 2, Sampling::GREEDY)).unwrap_err(), SubmitError::ShuttingDown);
     // The short stream finishes within the grace period; the long one is aborted after it.
-    assert_eq!(drain(short).await, (FakeEngine::expected(VOCAB, &prompt(1, 3), Sampling::GREEDY, 20, &[]), Finish::Length));
+    assert_eq!(
+        drain(short).await,
+        (FakeEngine::expected(VOCAB, &prompt(1, 3), Sampling::GREEDY, 20, &[]), Finish::Length)
+    );
     let (toks, fin) = drain(long).await;
     assert!(matches!(fin, Finish::Aborted(_)), "{fin:?}");
     assert!(toks.len() < 999);
@@ -170,12 +181,18 @@ async fn replays_match(h: &BatcherHandle, ids: &[String]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn same_path_replay_on_a_bucket_sensitive_engine() {
     // Tokens depend on the bucket: a replay in other buckets (or other pieces) would differ.
-    let eng = FakeEngine::new(8, 256, VOCAB, 16).with_delay(Duration::from_micros(200)).bucket_sensitive(true);
-    let (h, task) = spawn(eng, BatcherConfig { max_queue: 100, prefill_chunk: 16, eos: vec![], paths_kept: 100 });
+    let eng =
+        FakeEngine::new(8, 256, VOCAB, 16).with_delay(Duration::from_micros(200)).bucket_sensitive(true);
+    let (h, task) =
+        spawn(eng, BatcherConfig { max_queue: 100, prefill_chunk: 16, eos: vec![], paths_kept: 100 });
     let mut jobs = Vec::new();
     let mut ids = Vec::new();
     for i in 0..20u32 {
-        let s = if i % 3 == 0 { Sampling { temperature: 1.0, top_p: 1.0, top_k: 0, seed: 77 + u64::from(i) } } else { Sampling::GREEDY };
+        let s = if i % 3 == 0 {
+            Sampling { temperature: 1.0, top_p: 1.0, top_k: 0, seed: 77 + u64::from(i) }
+        } else {
+            Sampling::GREEDY
+        };
         let id = format!("p{i}");
         ids.push(id.clone());
         let rx = h.submit(req(&id, prompt(i, 1 + (i as usize * 11) % 40), 3 + i % 17, s)).unwrap();
@@ -195,11 +212,19 @@ async fn same_path_replay_on_a_bucket_sensitive_engine() {
 
     // The check can fail: the same path with one bucket changed gives other tokens.
     let mut e = FakeEngine::new(8, 256, VOCAB, 16).bucket_sensitive(true);
-    let (h2, t2) = spawn(FakeEngine::new(8, 256, VOCAB, 16).bucket_sensitive(true), BatcherConfig { paths_kept: 10, ..Default::default() });
+    let (h2, t2) = spawn(
+        FakeEngine::new(8, 256, VOCAB, 16).bucket_sensitive(true),
+        BatcherConfig { paths_kept: 10, ..Default::default() },
+    );
     let _ = drain(h2.submit(req("q", prompt(9, 5), 6, Sampling::GREEDY)).unwrap()).await;
     let _ = (h2.replay("q").await.unwrap().unwrap(), ());
     let mut path = server::engine::ReplayPath {
-        prefill: vec![server::engine::PrefillRecord { start: 0, tokens: prompt(9, 5), want_next: true, bucket: 1 }],
+        prefill: vec![server::engine::PrefillRecord {
+            start: 0,
+            tokens: prompt(9, 5),
+            want_next: true,
+            bucket: 1,
+        }],
         decode: (5..10).map(|p| server::engine::DecodeRecord { position: p, bucket: 1 }).collect(),
         sampling: Some(Sampling::GREEDY),
     };

@@ -26,7 +26,12 @@ async fn start(slots: u32, max_seq: u32, delay_us: u64, max_queue: usize, key: O
     let state = Arc::new(AppState {
         batcher: h.clone(),
         tok: tok.clone(),
-        cfg: ServerConfig { model_name: "fake".into(), api_key: key.map(str::to_string), max_body_bytes: 4096, debug_replay: true },
+        cfg: ServerConfig {
+            model_name: "fake".into(),
+            api_key: key.map(str::to_string),
+            max_body_bytes: 4096,
+            debug_replay: true,
+        },
         metrics: server::metrics::recorder(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -55,7 +60,10 @@ fn frames(body: &str) -> Vec<Value> {
     assert_eq!(parts.last(), Some(&"data: [DONE]"));
     parts[..parts.len() - 1]
         .iter()
-        .map(|p| serde_json::from_str(p.strip_prefix("data: ").unwrap_or_else(|| panic!("bad frame {p:?}"))).unwrap())
+        .map(|p| {
+            serde_json::from_str(p.strip_prefix("data: ").unwrap_or_else(|| panic!("bad frame {p:?}")))
+                .unwrap()
+        })
         .collect()
 }
 
@@ -78,7 +86,9 @@ async fn validation_errors_leave_other_streams_alone() {
     let stream = {
         let (c, base) = (s.c.clone(), s.base.clone());
         let body = json!({"prompt": p, "max_tokens": 40, "temperature": 0, "stream": true, "return_token_ids": true});
-        tokio::spawn(async move { c.post(format!("{base}/v1/completions")).json(&body).send().await.unwrap().text().await.unwrap() })
+        tokio::spawn(async move {
+            c.post(format!("{base}/v1/completions")).json(&body).send().await.unwrap().text().await.unwrap()
+        })
     };
     let cases: Vec<(Value, u16, Option<&str>)> = vec![
         (json!({"prompt": "hi", "bogus": 1}), 400, None),
@@ -99,7 +109,9 @@ async fn validation_errors_leave_other_streams_alone() {
         let (code, v) = s.json("/v1/completions", body.clone()).await;
         check_error(code, &v, st, param);
     }
-    let (code, v) = s.json("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x", "extra": 1}]})).await;
+    let (code, v) = s
+        .json("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x", "extra": 1}]}))
+        .await;
     check_error(code, &v, 400, None);
     let (code, v) = s.json("/v1/chat/completions", json!({"messages": []})).await;
     check_error(code, &v, 400, Some("messages"));
@@ -121,7 +133,11 @@ async fn validation_errors_leave_other_streams_alone() {
     check_error(code, &v, 413, None);
     // The stream was not disturbed.
     let body = stream.await.unwrap();
-    let ids: Vec<u64> = frames(&body).iter().flat_map(|f| f["choices"][0]["token_ids"].as_array().unwrap().clone()).map(|x| x.as_u64().unwrap()).collect();
+    let ids: Vec<u64> = frames(&body)
+        .iter()
+        .flat_map(|f| f["choices"][0]["token_ids"].as_array().unwrap().clone())
+        .map(|x| x.as_u64().unwrap())
+        .collect();
     let want = FakeEngine::expected(VOCAB, &p, Sampling::GREEDY, 40, s.tok.eos_ids());
     assert_eq!(ids, want.iter().map(|&x| u64::from(x)).collect::<Vec<_>>());
     // And the server still serves.
@@ -134,8 +150,14 @@ async fn streamed_text_equals_non_streamed_and_sse_framing() {
     let s = start(4, 512, 100, 16, None).await;
     for (path, body) in [
         ("/v1/completions", json!({"prompt": "Once upon a time", "max_tokens": 50, "temperature": 0})),
-        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 50, "temperature": 0})),
-        ("/v1/completions", json!({"prompt": [7, 8, 9], "max_tokens": 30, "temperature": 0.9, "seed": 5, "top_p": 0.8, "top_k": 40})),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 50, "temperature": 0}),
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": [7, 8, 9], "max_tokens": 30, "temperature": 0.9, "seed": 5, "top_p": 0.8, "top_k": 40}),
+        ),
     ] {
         let chat = path.contains("chat");
         let (code, whole) = s.json(path, body.clone()).await;
@@ -153,19 +175,27 @@ async fn streamed_text_equals_non_streamed_and_sse_framing() {
         let chunks = &fs[..fs.len() - 1];
         let mut streamed = String::new();
         for c in chunks {
-            assert_eq!(c["id"].as_str().unwrap().starts_with(if chat { "chatcmpl-" } else { "cmpl-" }), true);
+            assert!(c["id"].as_str().unwrap().starts_with(if chat { "chatcmpl-" } else { "cmpl-" }));
             assert_eq!(c["object"], if chat { "chat.completion.chunk" } else { "text_completion" });
             let ch = &c["choices"][0];
-            streamed.push_str(if chat { ch["delta"]["content"].as_str().unwrap_or("") } else { ch["text"].as_str().unwrap() });
+            streamed.push_str(if chat {
+                ch["delta"]["content"].as_str().unwrap_or("")
+            } else {
+                ch["text"].as_str().unwrap()
+            });
         }
         let last = &chunks.last().unwrap()["choices"][0];
         let w = &whole["choices"][0];
         assert_eq!(last["finish_reason"], w["finish_reason"]);
         assert!(chunks[..chunks.len() - 1].iter().all(|c| c["choices"][0]["finish_reason"].is_null()));
-        let whole_text = if chat { w["message"]["content"].as_str().unwrap() } else { w["text"].as_str().unwrap() };
+        let whole_text =
+            if chat { w["message"]["content"].as_str().unwrap() } else { w["text"].as_str().unwrap() };
         assert_eq!(streamed, whole_text);
         let u = &whole["usage"];
-        assert_eq!(u["total_tokens"], u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap());
+        assert_eq!(
+            u["total_tokens"],
+            u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()
+        );
         if chat {
             assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
         }
@@ -186,7 +216,10 @@ async fn token_ids_stop_strings_and_replay() {
     let mut sb = body.clone();
     sb["stream"] = json!(true);
     let (_, _, text) = s.post("/v1/completions", sb).await;
-    let per: Vec<Vec<u32>> = frames(&text).iter().map(|f| serde_json::from_value(f["choices"][0]["token_ids"].clone()).unwrap()).collect();
+    let per: Vec<Vec<u32>> = frames(&text)
+        .iter()
+        .map(|f| serde_json::from_value(f["choices"][0]["token_ids"].clone()).unwrap())
+        .collect();
     assert!(per.iter().filter(|v| !v.is_empty()).all(|v| v.len() == 1), "{per:?}");
     assert_eq!(per.concat(), want);
     // Same-path replay of the non-streamed request.
@@ -200,9 +233,14 @@ async fn token_ids_stop_strings_and_replay() {
     let dec = |n: usize| s.tok.decode(&want[..n]).unwrap();
     let cut = (5..want.len() - 2).find(|&k| {
         let (a, b) = (dec(k), dec(k + 1));
-        b.len() > a.len() && a.len() >= 2 && a.chars().all(|c| c != '\u{FFFD}') && text.starts_with(&b) && b.is_char_boundary(a.len())
+        b.len() > a.len()
+            && a.len() >= 2
+            && a.chars().all(|c| c != '\u{FFFD}')
+            && text.starts_with(&b)
+            && b.is_char_boundary(a.len())
             && text[..a.len() - 1].find(&text[a.len() - 1..=a.len()]).is_none()
-            && text.is_char_boundary(a.len() - 1) && text.is_char_boundary(a.len() + 1)
+            && text.is_char_boundary(a.len() - 1)
+            && text.is_char_boundary(a.len() + 1)
     });
     let k = cut.expect("no usable token boundary in the generated text");
     let at = dec(k).len();
@@ -214,7 +252,8 @@ async fn token_ids_stop_strings_and_replay() {
     assert_eq!(st["choices"][0]["text"], text[..at - 1]);
     sb["stream"] = json!(true);
     let (_, _, t) = s.post("/v1/completions", sb).await;
-    let streamed: String = frames(&t).iter().map(|f| f["choices"][0]["text"].as_str().unwrap().to_string()).collect();
+    let streamed: String =
+        frames(&t).iter().map(|f| f["choices"][0]["text"].as_str().unwrap().to_string()).collect();
     assert_eq!(streamed, text[..at - 1]);
     assert!(!streamed.contains(&stop));
 }
@@ -224,7 +263,8 @@ async fn queue_full_auth_models_health_metrics() {
     let s = start(1, 1024, 3000, 1, Some("sekrit")).await;
     let auth = |r: reqwest::RequestBuilder| r.bearer_auth("sekrit");
     // Without the key: 401.
-    let r = s.c.post(format!("{}/v1/completions", s.base)).json(&json!({"prompt": "x"})).send().await.unwrap();
+    let r =
+        s.c.post(format!("{}/v1/completions", s.base)).json(&json!({"prompt": "x"})).send().await.unwrap();
     let code = r.status().as_u16();
     check_error(code, &r.json().await.unwrap(), 401, None);
     let r = auth(s.c.get(format!("{}/v1/models", s.base))).send().await.unwrap();
@@ -232,13 +272,21 @@ async fn queue_full_auth_models_health_metrics() {
     assert_eq!(v["data"][0]["id"], "fake");
     // One slot busy, one waiting: the next gets 503 with Retry-After.
     // A prompt whose 500 greedy tokens contain no end-of-sequence token.
-    let p = (5..VOCAB).find(|&p| FakeEngine::expected(VOCAB, &[p, p], Sampling::GREEDY, 500, s.tok.eos_ids()).len() == 500).unwrap();
+    let p = (5..VOCAB)
+        .find(|&p| FakeEngine::expected(VOCAB, &[p, p], Sampling::GREEDY, 500, s.tok.eos_ids()).len() == 500)
+        .unwrap();
     let long = json!({"prompt": [p, p], "max_tokens": 500, "temperature": 0, "stream": true});
     let mut a = auth(s.c.post(format!("{}/v1/completions", s.base))).json(&long).send().await.unwrap();
     let _ = a.chunk().await.unwrap(); // admitted and generating
     let b = {
         let req = auth(s.c.post(format!("{}/v1/completions", s.base))).json(&long);
-        tokio::spawn(async move { req.send().await.unwrap().status().as_u16() })
+        tokio::spawn(async move {
+            let r = req.send().await.unwrap();
+            let code = r.status().as_u16();
+            // Hold the stream to its end: dropping it would cancel b.
+            let body = r.text().await.unwrap();
+            (code, body)
+        })
     };
     for _ in 0..200 {
         if s.h.queue_depth() == 1 {
@@ -246,23 +294,43 @@ async fn queue_full_auth_models_health_metrics() {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let r = auth(s.c.post(format!("{}/v1/completions", s.base))).json(&json!({"prompt": "x"})).send().await.unwrap();
+    let r = auth(s.c.post(format!("{}/v1/completions", s.base)))
+        .json(&json!({"prompt": "x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 503);
     assert_eq!(r.headers()["retry-after"], "1");
     let code = r.status().as_u16();
     check_error(code, &r.json().await.unwrap(), 503, None);
     drop(a); // disconnect: frees the slot for b
-    assert_eq!(b.await.unwrap(), 200);
+    let (code, body) = b.await.unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(frames(&body).last().unwrap()["choices"][0]["finish_reason"], "length");
     let h: Value = s.c.get(format!("{}/health", s.base)).send().await.unwrap().json().await.unwrap();
     assert_eq!(h["status"], "ok");
     let m = s.c.get(format!("{}/metrics", s.base)).send().await.unwrap().text().await.unwrap();
-    for name in ["llama_queue_depth", "llama_running_sequences", "llama_time_to_first_token_seconds_bucket", "llama_time_per_output_token_seconds", "llama_generated_tokens_total", "llama_kv_slots_used", "llama_engine_steps_total", "llama_errors_total", "llama_requests_total"] {
+    for name in [
+        "llama_queue_depth",
+        "llama_running_sequences",
+        "llama_time_to_first_token_seconds_bucket",
+        "llama_time_per_output_token_seconds",
+        "llama_generated_tokens_total",
+        "llama_kv_slots_used",
+        "llama_engine_steps_total",
+        "llama_errors_total",
+        "llama_requests_total",
+    ] {
         assert!(m.contains(name), "{name} missing from\n{m}");
     }
     // Shutdown: health and new requests answer 503.
     s.h.shutdown(Duration::from_millis(100));
     let r = s.c.get(format!("{}/health", s.base)).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 503);
-    let r = auth(s.c.post(format!("{}/v1/completions", s.base))).json(&json!({"prompt": "x"})).send().await.unwrap();
+    let r = auth(s.c.post(format!("{}/v1/completions", s.base)))
+        .json(&json!({"prompt": "x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 503);
 }

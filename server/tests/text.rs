@@ -6,7 +6,8 @@ use server::tokenizer::{ChatMessage, TextTokenizer};
 
 /// GPT-2's byte-to-character map of byte-level BPE.
 fn byte_char(b: u8) -> char {
-    let printable = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+    let printable =
+        |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
     if printable(b) {
         return char::from(b);
     }
@@ -23,7 +24,11 @@ fn fixture_round_trip_and_specials() {
         assert!(!ids.is_empty() && ids.iter().all(|&i| i < 2048));
         assert_eq!(t.decode(&ids).unwrap(), s, "{ids:?}");
     }
-    for (i, name) in ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"].iter().enumerate() {
+    for (i, name) in
+        ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+            .iter()
+            .enumerate()
+    {
         assert_eq!(t.token_to_id(name), Some(i as u32));
     }
     // eos_token (<|eot_id|>) and <|end_of_text|> end generation; BOS does not.
@@ -69,7 +74,9 @@ fn detokenizer_never_emits_half_a_character() {
     for ch in ["é", "€", "日", "🎉"] {
         let ids: Vec<u32> = ch
             .bytes()
-            .map(|b| t.token_to_id(&byte_char(b).to_string()).unwrap_or_else(|| panic!("byte {b:#x} has no token")))
+            .map(|b| {
+                t.token_to_id(&byte_char(b).to_string()).unwrap_or_else(|| panic!("byte {b:#x} has no token"))
+            })
             .collect();
         assert_eq!(ids.len(), ch.len());
         let mut d = Detokenizer::new();

@@ -82,11 +82,18 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         let (shape, slots, max_seq, seed) = (args.shape.clone(), args.slots, args.max_seq, args.seed);
         let engine = LlamaEngine::start(
             move || {
-                let stream = cuda_core::Device::new(0).and_then(|d| d.new_stream()).map_err(|e| e.to_string())?;
-                let cfg = if shape == "1b" { models::llama::LlamaConfig::llama_3_2_1b() } else { models::llama::LlamaConfig::small() };
-                let w = models::llama::DeviceWeights::random(&stream, &cfg, seed, 0.02).map_err(|e| e.to_string())?;
+                let stream =
+                    cuda_core::Device::new(0).and_then(|d| d.new_stream()).map_err(|e| e.to_string())?;
+                let cfg = if shape == "1b" {
+                    models::llama::LlamaConfig::llama_3_2_1b()
+                } else {
+                    models::llama::LlamaConfig::small()
+                };
+                let w = models::llama::DeviceWeights::random(&stream, &cfg, seed, 0.02)
+                    .map_err(|e| e.to_string())?;
                 let opts = models::llama::ModelOptions { slots, max_seq, ..Default::default() };
-                let mut m = models::llama::LlamaModel::new(&stream, cfg, w, opts).map_err(|e| e.to_string())?;
+                let mut m =
+                    models::llama::LlamaModel::new(&stream, cfg, w, opts).map_err(|e| e.to_string())?;
                 m.capture_all().map_err(|e| e.to_string())?;
                 Ok(m)
             },
@@ -124,7 +131,11 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         std::fs::write(p, text + "\n")?;
     }
     if let Some(v) = &outcome.verify {
-        anyhow::ensure!(v.mismatched_streams == 0, "{} streams differ from their same-path replay", v.mismatched_streams);
+        anyhow::ensure!(
+            v.mismatched_streams == 0,
+            "{} streams differ from their same-path replay",
+            v.mismatched_streams
+        );
     }
     Ok(())
 }

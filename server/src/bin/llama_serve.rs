@@ -71,14 +71,17 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         move || {
             let stream = cuda_core::Device::new(0).and_then(|d| d.new_stream()).map_err(|e| e.to_string())?;
             match model_dir {
-                Some(dir) => models::llama::LlamaModel::from_hf_dir(&stream, dir, opts).map_err(|e| e.to_string()),
+                Some(dir) => {
+                    models::llama::LlamaModel::from_hf_dir(&stream, dir, opts).map_err(|e| e.to_string())
+                }
                 None => {
                     let cfg = if shape == "1b" {
                         models::llama::LlamaConfig::llama_3_2_1b()
                     } else {
                         models::llama::LlamaConfig::small()
                     };
-                    let w = models::llama::DeviceWeights::random(&stream, &cfg, seed, 0.02).map_err(|e| e.to_string())?;
+                    let w = models::llama::DeviceWeights::random(&stream, &cfg, seed, 0.02)
+                        .map_err(|e| e.to_string())?;
                     models::llama::LlamaModel::new(&stream, cfg, w, opts).map_err(|e| e.to_string())
                 }
             }

@@ -233,7 +233,7 @@ pub fn spawn<E: Engine>(engine: E, cfg: BatcherConfig) -> (BatcherHandle, tokio:
         limits,
         cfg,
     };
-    let task = tokio::spawn(Batcher { engine, st, rx }.run());
+    let task = tokio::spawn(Batcher { engine, round: 0, st, rx }.run());
     (handle, task)
 }
 
@@ -266,6 +266,7 @@ struct State {
 
 struct Batcher<E> {
     engine: E,
+    round: usize,
     st: State,
     rx: mpsc::UnboundedReceiver<Msg>,
 }
@@ -454,14 +455,20 @@ impl<E: Engine> Batcher<E> {
     }
 
     async fn decode_round(&mut self) {
-        let max = self.st.limits.max_decode_rows as usize;
-        let idx: Vec<usize> = (0..self.st.running.len())
+        let max = self.st.limits.max_decode_rows.max(1) as usize;
+        let mut idx: Vec<usize> = (0..self.st.running.len())
             .filter(|&i| {
                 let s = &self.st.running[i];
                 s.done.is_none() && s.prefilled == s.req.prompt.len()
             })
-            .take(max)
             .collect();
+        if idx.len() > max {
+            // More sequences than one step holds (slots beyond the largest bucket): rotate.
+            self.round = self.round.wrapping_add(1);
+            let k = self.round % idx.len();
+            idx.rotate_left(k);
+            idx.truncate(max);
+        }
         if idx.is_empty() {
             return;
         }

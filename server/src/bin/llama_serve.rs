@@ -1,0 +1,153 @@
+//! `llama-serve`: the OpenAI-compatible server. `--model DIR` serves a Hugging Face folder;
+//! without it, seeded random weights (`--shape small|1b`) with the fixture tokenizer.
+
+use anyhow::Context;
+use clap::Parser;
+use server::batcher::{spawn, BatcherConfig};
+use server::http::{router, AppState, ServerConfig};
+use server::llama_engine::LlamaEngine;
+use server::tokenizer::TextTokenizer;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(name = "llama-serve", about = "OpenAI-compatible streaming server for the Llama decoder")]
+struct Args {
+    /// A Hugging Face folder (config.json, model.safetensors, tokenizer.json, tokenizer_config.json).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Shape of the seeded random model when no --model is given.
+    #[arg(long, default_value = "small", value_parser = ["small", "1b"])]
+    shape: String,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Bearer key required on /v1/*.
+    #[arg(long)]
+    api_key: Option<String>,
+    /// KV-cache slots (sequences in flight).
+    #[arg(long, default_value_t = 32)]
+    slots: usize,
+    /// Positions per sequence (prompt + generated).
+    #[arg(long, default_value_t = 1024)]
+    max_seq: usize,
+    /// Requests that may wait for a slot (more get 503).
+    #[arg(long, default_value_t = 256)]
+    max_queue: usize,
+    #[arg(long, default_value_t = 1 << 20)]
+    max_body_bytes: usize,
+    /// Prompt tokens per scheduling round.
+    #[arg(long, default_value_t = 256)]
+    prefill_chunk: u32,
+    #[arg(long)]
+    served_model_name: Option<String>,
+    /// Record paths and serve POST /debug/replay.
+    #[arg(long)]
+    debug_replay: bool,
+    /// Seconds running streams get to finish on shutdown.
+    #[arg(long, default_value_t = 30)]
+    shutdown_grace_s: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(serve(args))
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
+    let tok = match &args.model {
+        Some(dir) => TextTokenizer::from_dir(dir)?,
+        None => TextTokenizer::fixture()?,
+    };
+    let opts = models::llama::ModelOptions { slots: args.slots, max_seq: args.max_seq, ..Default::default() };
+    let (model_dir, shape, seed) = (args.model.clone(), args.shape.clone(), args.seed);
+    let engine = LlamaEngine::start(
+        move || {
+            let stream = cuda_core::Device::new(0).and_then(|d| d.new_stream()).map_err(|e| e.to_string())?;
+            match model_dir {
+                Some(dir) => {
+                    models::llama::LlamaModel::from_hf_dir(&stream, dir, opts).map_err(|e| e.to_string())
+                }
+                None => {
+                    let cfg = if shape == "1b" {
+                        models::llama::LlamaConfig::llama_3_2_1b()
+                    } else {
+                        models::llama::LlamaConfig::small()
+                    };
+                    let w = models::llama::DeviceWeights::random(&stream, &cfg, seed, 0.02)
+                        .map_err(|e| e.to_string())?;
+                    models::llama::LlamaModel::new(&stream, cfg, w, opts).map_err(|e| e.to_string())
+                }
+            }
+        },
+        args.prefill_chunk,
+    )
+    .context("starting the model")?;
+    let limits = server::engine::Engine::limits(&engine);
+    anyhow::ensure!(
+        tok.vocab_size() <= limits.vocab as usize,
+        "the tokenizer's vocabulary ({}) exceeds the model's ({})",
+        tok.vocab_size(),
+        limits.vocab
+    );
+    let name = args.served_model_name.clone().unwrap_or_else(|| match &args.model {
+        Some(d) => d.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned()),
+        None => format!("llama-random-{}", args.shape),
+    });
+    let bcfg = BatcherConfig {
+        max_queue: args.max_queue,
+        prefill_chunk: args.prefill_chunk,
+        eos: tok.eos_ids().to_vec(),
+        paths_kept: if args.debug_replay { 10_000 } else { 0 },
+    };
+    let (handle, task) = spawn(engine, bcfg);
+    let state = Arc::new(AppState {
+        batcher: handle.clone(),
+        tok: Arc::new(tok),
+        cfg: ServerConfig {
+            model_name: name,
+            api_key: args.api_key.clone(),
+            max_body_bytes: args.max_body_bytes,
+            debug_replay: args.debug_replay,
+        },
+        metrics: server::metrics::recorder(),
+    });
+    let addr = format!("{}:{}", args.host, args.port);
+    let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;
+    eprintln!("llama-serve: listening on http://{}", listener.local_addr()?);
+    let grace = Duration::from_secs(args.shutdown_grace_s);
+    let h = handle.clone();
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            eprintln!("llama-serve: shutting down (grace {grace:?})");
+            h.shutdown(grace);
+        })
+        .await?;
+    let _ = tokio::time::timeout(grace + Duration::from_secs(5), task).await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

@@ -1,0 +1,122 @@
+//! One request's generation as text chunks: tokens from the batcher through the
+//! [`Detokenizer`] and the [`StopMatcher`].
+
+use crate::batcher::{Event, Finish};
+use crate::detok::{Detokenizer, StopMatcher};
+use crate::tokenizer::TextTokenizer;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// A piece of output: text, the token ids it covers, and the finish reason on the last one.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Chunk {
+    /// Text (may be empty).
+    pub text: String,
+    /// Token ids covered.
+    pub ids: Vec<u32>,
+    /// `Some("stop" | "length")` on the last chunk.
+    pub finish: Option<&'static str>,
+}
+
+/// Turns a request's [`Event`]s into [`Chunk`]s. Dropping it (or reaching a stop string) drops
+/// the receiver, which cancels the request in the batcher.
+#[derive(Debug)]
+pub struct Generation {
+    rx: Option<mpsc::UnboundedReceiver<Event>>,
+    tok: Arc<TextTokenizer>,
+    detok: Detokenizer,
+    stop: StopMatcher,
+    every_token: bool,
+    /// Tokens received from the batcher.
+    pub completion_tokens: usize,
+    done: bool,
+}
+
+impl Generation {
+    /// Wraps `rx`; with `every_token` a chunk comes for every token even when its text is
+    /// empty (for `return_token_ids`).
+    pub fn new(
+        rx: mpsc::UnboundedReceiver<Event>,
+        tok: Arc<TextTokenizer>,
+        stop: Vec<String>,
+        every_token: bool,
+    ) -> Generation {
+        Generation {
+            rx: Some(rx),
+            tok,
+            detok: Detokenizer::new(),
+            stop: StopMatcher::new(stop),
+            every_token,
+            completion_tokens: 0,
+            done: false,
+        }
+    }
+
+    /// The next chunk; `None` after the last. `Err` when the server aborted the request.
+    pub async fn next(&mut self) -> Option<Result<Chunk, String>> {
+        if self.done {
+            return None;
+        }
+        let mut pending = Chunk::default();
+        loop {
+            let rx = self.rx.as_mut()?;
+            let ev = rx.recv().await;
+            match ev {
+                Some(Event::Token(t)) => {
+                    self.completion_tokens += 1;
+                    pending.ids.push(t);
+                    let delta = match self.detok.push(&self.tok, t) {
+                        Ok(d) => d,
+                        Err(e) => return Some(self.abort(e.to_string())),
+                    };
+                    let (text, stopped) = self.stop.push(&delta);
+                    pending.text.push_str(&text);
+                    if stopped {
+                        self.rx = None;
+                        self.done = true;
+                        pending.finish = Some("stop");
+                        return Some(Ok(pending));
+                    }
+                    if self.every_token || !pending.text.is_empty() {
+                        return Some(Ok(pending));
+                    }
+                }
+                Some(Event::Done(Finish::Aborted(why))) => return Some(self.abort(why)),
+                Some(Event::Done(f)) => {
+                    self.done = true;
+                    self.rx = None;
+                    let tail = self.detok.flush(&self.tok).unwrap_or_default();
+                    let (text, stopped) = self.stop.push(&tail);
+                    pending.text.push_str(&text);
+                    if !stopped {
+                        pending.text.push_str(&self.stop.flush());
+                    }
+                    pending.finish = Some(if stopped || f == Finish::Eos { "stop" } else { "length" });
+                    return Some(Ok(pending));
+                }
+                None => return Some(self.abort("the batcher stopped".into())),
+            }
+        }
+    }
+
+    fn abort(&mut self, why: String) -> Result<Chunk, String> {
+        self.done = true;
+        self.rx = None;
+        Err(why)
+    }
+
+    /// Runs to the end: all text, all ids, the finish reason.
+    ///
+    /// # Errors
+    /// The server aborted the request.
+    pub async fn collect(&mut self) -> Result<Chunk, String> {
+        let mut all = Chunk::default();
+        while let Some(c) = self.next().await {
+            let c = c?;
+            all.text.push_str(&c.text);
+            all.ids.extend(c.ids);
+            all.finish = c.finish.or(all.finish);
+        }
+        Ok(all)
+    }
+}

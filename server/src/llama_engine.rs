@@ -1,0 +1,192 @@
+//! [`LlamaEngine`]: the [`Engine`] over `models::llama::LlamaModel`, owned by a dedicated thread
+//! (the model is not `Sync`) and driven over channels.
+//!
+//! For now a prefill piece is fed as decode steps (one token of every piece per step, all in the
+//! bucket of the piece count) and sampled rows are decoded greedily.
+// TODO(merge): switch `prefill` to `LlamaModel::prefill_in_bucket(&[PrefillSeq{..}], bucket)` and
+// `decode` to `step_sampled_in_bucket(rows, &[models::llama::Sampling{..}], bucket)`.
+
+use crate::engine::{
+    DecodeRow, Engine, EngineError, EngineLimits, PrefillPiece, PrefillResult, ReplayPath, StepResult,
+};
+use models::llama::{LlamaModel, Row};
+use std::sync::mpsc;
+use tokio::sync::oneshot;
+
+type Reply<T> = oneshot::Sender<Result<T, EngineError>>;
+
+enum Cmd {
+    Decode(Vec<DecodeRow>, Reply<StepResult>),
+    Prefill(Vec<PrefillPiece>, Reply<PrefillResult>),
+    Release(u32),
+    Replay(u32, ReplayPath, Reply<Vec<u32>>),
+}
+
+/// The GPU engine: a handle to the thread that owns the model.
+#[derive(Debug)]
+pub struct LlamaEngine {
+    tx: mpsc::Sender<Cmd>,
+    limits: EngineLimits,
+}
+
+impl std::fmt::Debug for Cmd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Cmd")
+    }
+}
+
+fn dev(what: &'static str) -> impl Fn(cuda_async::DeviceError) -> EngineError {
+    move |e| EngineError::Device { what, msg: e.to_string() }
+}
+
+impl LlamaEngine {
+    /// Starts the model thread: `build` runs there and makes the model; `prefill_tokens` is
+    /// the prompt-token budget of a prefill call.
+    ///
+    /// ```no_run
+    /// use models::llama::{DeviceWeights, LlamaConfig, LlamaModel, ModelOptions};
+    /// let engine = server::llama_engine::LlamaEngine::start(|| {
+    ///     let stream = cuda_core::Device::new(0).map_err(|e| e.to_string())?.new_stream().map_err(|e| e.to_string())?;
+    ///     let cfg = LlamaConfig::small();
+    ///     let w = DeviceWeights::random(&stream, &cfg, 7, 0.02).map_err(|e| e.to_string())?;
+    ///     LlamaModel::new(&stream, cfg, w, ModelOptions { slots: 8, max_seq: 256, ..Default::default() }).map_err(|e| e.to_string())
+    /// }, 256).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// [`EngineError::Device`] with `build`'s message when it fails; [`EngineError::Stopped`]
+    /// if the thread cannot start.
+    pub fn start<F>(build: F, prefill_tokens: u32) -> Result<LlamaEngine, EngineError>
+    where
+        F: FnOnce() -> Result<LlamaModel, String> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel::<Cmd>();
+        let (ltx, lrx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("llama-engine".into())
+            .spawn(move || {
+                let mut model = match build() {
+                    Ok(m) => m,
+                    Err(msg) => {
+                        let _ = ltx.send(Err(EngineError::Device { what: "building the model", msg }));
+                        return;
+                    }
+                };
+                let o = model.options();
+                let largest = o.buckets.last().copied().unwrap_or(1) as u32;
+                let limits = EngineLimits {
+                    slots: o.slots as u32,
+                    max_seq: o.max_seq as u32,
+                    vocab: model.config().vocab as u32,
+                    max_decode_rows: largest.min(o.slots as u32),
+                    max_prefill_pieces: largest.min(o.slots as u32),
+                    prefill_tokens,
+                };
+                let _ = ltx.send(Ok(limits));
+                while let Ok(cmd) = rx.recv() {
+                    match cmd {
+                        Cmd::Decode(rows, r) => drop(r.send(decode(&mut model, &rows))),
+                        Cmd::Prefill(p, r) => drop(r.send(prefill(&mut model, &p))),
+                        Cmd::Release(slot) => drop(model.release_slot(slot)),
+                        Cmd::Replay(slot, path, r) => drop(r.send(replay(&mut model, slot, &path))),
+                    }
+                }
+            })
+            .map_err(|_| EngineError::Stopped)?;
+        let limits = lrx.recv().map_err(|_| EngineError::Stopped)??;
+        Ok(LlamaEngine { tx, limits })
+    }
+
+    async fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Cmd) -> Result<T, EngineError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(make(tx)).map_err(|_| EngineError::Stopped)?;
+        rx.await.map_err(|_| EngineError::Stopped)?
+    }
+}
+
+/// One graph replay of `rows` in `bucket` (sampled rows decoded greedily for now).
+fn step(model: &mut LlamaModel, rows: &[Row], bucket: usize) -> Result<Vec<u32>, EngineError> {
+    metrics::counter!(crate::metrics::GRAPH_REPLAYS).increment(1);
+    model.step_in_bucket(rows, bucket).map_err(dev("a decode step"))
+}
+
+fn decode(model: &mut LlamaModel, rows: &[DecodeRow]) -> Result<StepResult, EngineError> {
+    let bucket = model.bucket_of(rows.len()).map_err(dev("choosing a bucket"))?;
+    let r: Vec<Row> =
+        rows.iter().map(|r| Row { slot: r.slot, position: r.position, token: r.token }).collect();
+    Ok(StepResult { tokens: step(model, &r, bucket)?, bucket: bucket as u32 })
+}
+
+fn prefill(model: &mut LlamaModel, pieces: &[PrefillPiece]) -> Result<PrefillResult, EngineError> {
+    let bucket = model.bucket_of(pieces.len()).map_err(dev("choosing a bucket"))?;
+    Ok(PrefillResult { next: prefill_in(model, pieces, bucket)?, bucket: bucket as u32 })
+}
+
+/// Feeds the pieces one token of each per step, every step in `bucket`.
+fn prefill_in(
+    model: &mut LlamaModel,
+    pieces: &[PrefillPiece],
+    bucket: usize,
+) -> Result<Vec<Option<u32>>, EngineError> {
+    let longest = pieces.iter().map(|p| p.tokens.len()).max().unwrap_or(0);
+    let mut next = vec![None; pieces.len()];
+    for i in 0..longest {
+        let (idx, rows): (Vec<usize>, Vec<Row>) = pieces
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| i < p.tokens.len())
+            .map(|(k, p)| (k, Row { slot: p.slot, position: p.start + i as u32, token: p.tokens[i] }))
+            .unzip();
+        let out = step(model, &rows, bucket)?;
+        for (&k, t) in idx.iter().zip(out) {
+            if pieces[k].want_next && i + 1 == pieces[k].tokens.len() {
+                next[k] = Some(t);
+            }
+        }
+    }
+    Ok(next)
+}
+
+fn replay(model: &mut LlamaModel, slot: u32, path: &ReplayPath) -> Result<Vec<u32>, EngineError> {
+    model.release_slot(slot).map_err(dev("releasing a slot"))?;
+    let sampling = path.sampling.unwrap_or(crate::engine::Sampling::GREEDY);
+    let mut out = Vec::new();
+    for p in &path.prefill {
+        let piece =
+            PrefillPiece { slot, start: p.start, tokens: p.tokens.clone(), want_next: p.want_next, sampling };
+        out.extend(prefill_in(model, &[piece], p.bucket as usize)?.into_iter().flatten());
+    }
+    for d in &path.decode {
+        let token = *out
+            .last()
+            .ok_or(EngineError::Invalid { what: "replaying a path", msg: "no token to feed".into() })?;
+        out.push(step(model, &[Row { slot, position: d.position, token }], d.bucket as usize)?[0]);
+    }
+    model.release_slot(slot).map_err(dev("releasing a slot"))?;
+    Ok(out)
+}
+
+impl Engine for LlamaEngine {
+    fn limits(&self) -> EngineLimits {
+        self.limits.clone()
+    }
+
+    async fn decode(&mut self, rows: &[DecodeRow]) -> Result<StepResult, EngineError> {
+        let rows = rows.to_vec();
+        self.call(|r| Cmd::Decode(rows, r)).await
+    }
+
+    async fn prefill(&mut self, pieces: &[PrefillPiece]) -> Result<PrefillResult, EngineError> {
+        let pieces = pieces.to_vec();
+        self.call(|r| Cmd::Prefill(pieces, r)).await
+    }
+
+    fn release(&mut self, slot: u32) {
+        let _ = self.tx.send(Cmd::Release(slot));
+    }
+
+    async fn replay(&mut self, slot: u32, path: &ReplayPath) -> Result<Vec<u32>, EngineError> {
+        let path = path.clone();
+        self.call(|r| Cmd::Replay(slot, path, r)).await
+    }
+}

@@ -1,15 +1,18 @@
 //! [`LlamaEngine`]: the [`Engine`] over `models::llama::LlamaModel`, owned by a dedicated thread
 //! (the model is not `Sync`) and driven over channels.
 //!
-//! For now a prefill piece is fed as decode steps (one token of every piece per step, all in the
-//! bucket of the piece count) and sampled rows are decoded greedily.
-// TODO(merge): switch `prefill` to `LlamaModel::prefill_in_bucket(&[PrefillSeq{..}], bucket)` and
-// `decode` to `step_sampled_in_bucket(rows, &[models::llama::Sampling{..}], bucket)`.
+//! A decode call is one replay of the decode graph of the rows' bucket
+//! ([`LlamaModel::step_sampled_in_bucket`]); a prefill call is one replay of the chunk graph of the
+//! pieces' prefill bucket ([`LlamaModel::prefill_sampled_in_bucket`]): GEMMs over every prompt
+//! token of the call and a causal attention over the cache. Sampled rows and pieces draw their
+//! tokens on the GPU inside those graphs, from counters that depend only on the request's seed and
+//! the position, so a replay of a request alone along its recorded buckets gives its tokens bit for
+//! bit.
 
 use crate::engine::{
     DecodeRow, Engine, EngineError, EngineLimits, PrefillPiece, PrefillResult, ReplayPath, StepResult,
 };
-use models::llama::{LlamaModel, Row};
+use models::llama::{LlamaModel, PrefillSeq, Row};
 use std::sync::mpsc;
 use tokio::sync::oneshot;
 
@@ -74,13 +77,16 @@ impl LlamaEngine {
                 };
                 let o = model.options();
                 let largest = o.buckets.last().copied().unwrap_or(1) as u32;
+                let largest_chunk = o.prefill_buckets.last().copied().unwrap_or(1) as u32;
                 let limits = EngineLimits {
                     slots: o.slots as u32,
                     max_seq: o.max_seq as u32,
                     vocab: model.config().vocab as u32,
                     max_decode_rows: largest.min(o.slots as u32),
-                    max_prefill_pieces: largest.min(o.slots as u32),
-                    prefill_tokens,
+                    // A chunk of C rows has min(C, slots) logit rows; every piece has a token,
+                    // so the pieces of one call never exceed that.
+                    max_prefill_pieces: largest_chunk.min(o.slots as u32),
+                    prefill_tokens: prefill_tokens.clamp(1, largest_chunk),
                 };
                 let _ = ltx.send(Ok(limits));
                 while let Ok(cmd) = rx.recv() {
@@ -104,51 +110,53 @@ impl LlamaEngine {
     }
 }
 
-/// One graph replay of `rows` in `bucket` (sampled rows decoded greedily for now).
-fn step(model: &mut LlamaModel, rows: &[Row], bucket: usize) -> Result<Vec<u32>, EngineError> {
+fn sampling(s: &crate::engine::Sampling) -> models::llama::Sampling {
+    models::llama::Sampling { temperature: s.temperature, top_p: s.top_p, top_k: s.top_k, seed: s.seed }
+}
+
+/// One replay of the decode graph of `bucket` for `rows`.
+fn step(model: &mut LlamaModel, rows: &[DecodeRow], bucket: usize) -> Result<Vec<u32>, EngineError> {
     metrics::counter!(crate::metrics::GRAPH_REPLAYS).increment(1);
-    model.step_in_bucket(rows, bucket).map_err(dev("a decode step"))
+    let r: Vec<Row> =
+        rows.iter().map(|r| Row { slot: r.slot, position: r.position, token: r.token }).collect();
+    let s: Vec<_> = rows.iter().map(|r| sampling(&r.sampling)).collect();
+    model.step_sampled_in_bucket(&r, &s, bucket).map_err(dev("a decode step"))
 }
 
 fn decode(model: &mut LlamaModel, rows: &[DecodeRow]) -> Result<StepResult, EngineError> {
     let bucket = model.bucket_of(rows.len()).map_err(dev("choosing a bucket"))?;
-    let r: Vec<Row> =
-        rows.iter().map(|r| Row { slot: r.slot, position: r.position, token: r.token }).collect();
-    Ok(StepResult { tokens: step(model, &r, bucket)?, bucket: bucket as u32 })
+    Ok(StepResult { tokens: step(model, rows, bucket)?, bucket: bucket as u32 })
 }
 
 fn prefill(model: &mut LlamaModel, pieces: &[PrefillPiece]) -> Result<PrefillResult, EngineError> {
-    let bucket = model.bucket_of(pieces.len()).map_err(dev("choosing a bucket"))?;
+    let tokens = pieces.iter().map(|p| p.tokens.len()).sum();
+    let bucket = model.prefill_bucket_of(tokens).map_err(dev("choosing a prefill bucket"))?;
     Ok(PrefillResult { next: prefill_in(model, pieces, bucket)?, bucket: bucket as u32 })
 }
 
-/// Feeds the pieces one token of each per step, every step in `bucket`.
+/// One replay of the chunk graph of prefill bucket `bucket` for `pieces`.
 fn prefill_in(
     model: &mut LlamaModel,
     pieces: &[PrefillPiece],
     bucket: usize,
 ) -> Result<Vec<Option<u32>>, EngineError> {
-    let longest = pieces.iter().map(|p| p.tokens.len()).max().unwrap_or(0);
-    let mut next = vec![None; pieces.len()];
-    for i in 0..longest {
-        let (idx, rows): (Vec<usize>, Vec<Row>) = pieces
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| i < p.tokens.len())
-            .map(|(k, p)| (k, Row { slot: p.slot, position: p.start + i as u32, token: p.tokens[i] }))
-            .unzip();
-        let out = step(model, &rows, bucket)?;
-        for (&k, t) in idx.iter().zip(out) {
-            if pieces[k].want_next && i + 1 == pieces[k].tokens.len() {
-                next[k] = Some(t);
-            }
-        }
-    }
-    Ok(next)
+    metrics::counter!(crate::metrics::GRAPH_REPLAYS).increment(1);
+    let seqs: Vec<PrefillSeq<'_>> = pieces
+        .iter()
+        .map(|p| PrefillSeq { slot: p.slot, start: p.start, tokens: &p.tokens, want_next: p.want_next })
+        .collect();
+    let s: Vec<_> = pieces.iter().map(|p| sampling(&p.sampling)).collect();
+    model.prefill_sampled_in_bucket(&seqs, &s, bucket).map_err(dev("a prefill"))
 }
 
 fn replay(model: &mut LlamaModel, slot: u32, path: &ReplayPath) -> Result<Vec<u32>, EngineError> {
     model.release_slot(slot).map_err(dev("releasing a slot"))?;
+    let result = replay_in(model, slot, path);
+    model.release_slot(slot).map_err(dev("releasing a slot"))?;
+    result
+}
+
+fn replay_in(model: &mut LlamaModel, slot: u32, path: &ReplayPath) -> Result<Vec<u32>, EngineError> {
     let sampling = path.sampling.unwrap_or(crate::engine::Sampling::GREEDY);
     let mut out = Vec::new();
     for p in &path.prefill {
@@ -160,9 +168,9 @@ fn replay(model: &mut LlamaModel, slot: u32, path: &ReplayPath) -> Result<Vec<u3
         let token = *out
             .last()
             .ok_or(EngineError::Invalid { what: "replaying a path", msg: "no token to feed".into() })?;
-        out.push(step(model, &[Row { slot, position: d.position, token }], d.bucket as usize)?[0]);
+        let row = DecodeRow { slot, position: d.position, token, sampling };
+        out.push(step(model, &[row], d.bucket as usize)?[0]);
     }
-    model.release_slot(slot).map_err(dev("releasing a slot"))?;
     Ok(out)
 }
 

@@ -94,15 +94,18 @@ fn concurrent_requests_equal_their_replays() -> TestResult {
         task.await?;
 
         // Independent check of the greedy first tokens: a second model, the prompt fed one
-        // token per step, f64 comparison of the logits (bf16 kernels: allow a small margin).
+        // token per step (decode kernels, where the server prefilled through the chunk graphs'
+        // GEMMs: the two round differently in bf16), f64 comparison of the logits with the
+        // tolerance gpu_prefill uses between those two paths (3% of the largest |logit|).
         let mut m2 = build().map_err(Failed::from)?;
         for (r, s) in reqs.iter().zip(&served).filter(|(r, _)| r.sampling.is_greedy()) {
             let logits = m2.forced_logits(0, &r.prompt)?;
             let last: Vec<f64> = logits.last().ok_or("no logits")?.iter().map(|&x| f64::from(x)).collect();
             let max = last.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let got = last[s[0] as usize];
+            let tol = 0.03 * last.iter().fold(0f64, |a, &x| a.max(x.abs()));
             ensure(
-                max - got <= 0.05,
+                max - got <= tol.max(0.05),
                 format!("{}: first token {} has logit {got}, the max is {max}", r.id, s[0]),
             )?;
         }

@@ -18,6 +18,21 @@ mod sealed {
     pub trait Args<E> {}
     pub trait Bufs<E> {}
     pub trait Scalars {}
+    pub trait Elems {}
+}
+
+/// A tuple of element types (`()`, `(f32,)`, `(f32, f64)`, ..): the buffers of one side of a
+/// launch, as the launch sees them. Sealed.
+pub trait Elems: sealed::Elems + 'static {
+    /// The tuple of `&DeviceBuffer<_>` of these elements.
+    type Refs<'a>;
+    /// The tuple of `&mut DeviceBuffer<_>` of these elements.
+    type Muts<'a>;
+}
+impl sealed::Elems for () {}
+impl Elems for () {
+    type Refs<'a> = ();
+    type Muts<'a> = ();
 }
 
 /// One buffer of a launch, as the checks and the parameter list see it.
@@ -112,7 +127,7 @@ unsafe impl KernelArgs for ParamList<'_> {
 
 /// Converts a tuple of buffer arguments into the tuple op that executes them in order.
 /// `E` is the tuple of their element types. Sealed: implemented for tuples of up to 8.
-pub trait IntoInputs<E>: sealed::Args<E> {
+pub trait IntoInputs<E: Elems>: sealed::Args<E> {
     /// The handles the op yields.
     type Handles: InputBufs<E>;
     /// The op executing every argument op in order.
@@ -123,7 +138,7 @@ pub trait IntoInputs<E>: sealed::Args<E> {
 
 /// Converts a tuple of writable buffer arguments into the tuple op that executes them in order.
 /// Sealed: implemented for tuples of up to 8 whose handles are [`BufferMut`].
-pub trait IntoOutputs<E>: sealed::Args<E> {
+pub trait IntoOutputs<E: Elems>: sealed::Args<E> {
     /// The handles the op yields (and the kernel op yields back).
     type Handles: OutputBufs<E>;
     /// The op executing every argument op in order.
@@ -133,25 +148,17 @@ pub trait IntoOutputs<E>: sealed::Args<E> {
 }
 
 /// Executed input handles: read access to every buffer. Sealed.
-pub trait InputBufs<E>: Send + sealed::Bufs<E> {
-    /// The tuple of `&DeviceBuffer<_>`.
-    type Refs<'a>
-    where
-        Self: 'a;
+pub trait InputBufs<E: Elems>: Send + sealed::Bufs<E> {
     /// The buffers.
-    fn refs(&self) -> Self::Refs<'_>;
+    fn refs(&self) -> E::Refs<'_>;
     #[doc(hidden)]
     fn push_params<'a>(&'a self, list: &mut ParamList<'a>);
 }
 
 /// Executed output handles: write access to every buffer. Sealed.
-pub trait OutputBufs<E>: Send + sealed::Bufs<E> {
-    /// The tuple of `&mut DeviceBuffer<_>`.
-    type Muts<'a>
-    where
-        Self: 'a;
+pub trait OutputBufs<E: Elems>: Send + sealed::Bufs<E> {
     /// The buffers, mutably.
-    fn muts(&mut self) -> Self::Muts<'_>;
+    fn muts(&mut self) -> E::Muts<'_>;
     #[doc(hidden)]
     fn push_params<'a>(&'a self, list: &mut ParamList<'a>);
 }
@@ -182,12 +189,10 @@ impl IntoOutputs<()> for () {
     }
 }
 impl InputBufs<()> for () {
-    type Refs<'a> = ();
     fn refs(&self) {}
     fn push_params<'a>(&'a self, _: &mut ParamList<'a>) {}
 }
 impl OutputBufs<()> for () {
-    type Muts<'a> = ();
     fn muts(&mut self) {}
     fn push_params<'a>(&'a self, _: &mut ParamList<'a>) {}
 }
@@ -217,8 +222,7 @@ macro_rules! tuples {
             }
         }
         impl<$($T: DeviceRepr, $H: BufferRef<$T>),+> InputBufs<($($T,)+)> for ($($H,)+) {
-            type Refs<'a> = ($(&'a DeviceBuffer<$T>,)+) where Self: 'a;
-            fn refs(&self) -> Self::Refs<'_> {
+            fn refs(&self) -> ($(&DeviceBuffer<$T>,)+) {
                 ($(self.$i.buffer(),)+)
             }
             fn push_params<'a>(&'a self, list: &mut ParamList<'a>) {
@@ -226,8 +230,7 @@ macro_rules! tuples {
             }
         }
         impl<$($T: DeviceRepr, $H: BufferMut<$T>),+> OutputBufs<($($T,)+)> for ($($H,)+) {
-            type Muts<'a> = ($(&'a mut DeviceBuffer<$T>,)+) where Self: 'a;
-            fn muts(&mut self) -> Self::Muts<'_> {
+            fn muts(&mut self) -> ($(&mut DeviceBuffer<$T>,)+) {
                 ($(self.$i.buffer_mut(),)+)
             }
             fn push_params<'a>(&'a self, list: &mut ParamList<'a>) {
@@ -235,6 +238,11 @@ macro_rules! tuples {
             }
         }
         impl<$($T: DeviceRepr),+> sealed::Scalars for ($($T,)+) {}
+        impl<$($T: DeviceRepr),+> sealed::Elems for ($($T,)+) {}
+        impl<$($T: DeviceRepr),+> Elems for ($($T,)+) {
+            type Refs<'a> = ($(&'a DeviceBuffer<$T>,)+);
+            type Muts<'a> = ($(&'a mut DeviceBuffer<$T>,)+);
+        }
         impl<$($T: DeviceRepr),+> Scalars for ($($T,)+) {
             fn push_params<'a>(&'a self, list: &mut ParamList<'a>) {
                 $(list.params.push(Param::Scalar(

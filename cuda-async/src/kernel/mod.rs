@@ -39,7 +39,7 @@ mod op;
 mod source;
 mod typed;
 
-pub use args::{InputBufs, IntoInputs, IntoOutputs, OutputBufs, Scalars};
+pub use args::{Elems, InputBufs, IntoInputs, IntoOutputs, OutputBufs, Scalars};
 pub use op::{KernelOp, LaunchFn};
 pub use source::Kernel;
 pub use typed::{Check, LaunchOp, Launcher, Lens};

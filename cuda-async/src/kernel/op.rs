@@ -1,6 +1,6 @@
 //! `KernelOp`: the generic lazy op around a launch closure (what `kernels` builds on).
 
-use super::args::{InputBufs, IntoInputs, IntoOutputs, OutputBufs, ParamList};
+use super::args::{Elems, InputBufs, IntoInputs, IntoOutputs, OutputBufs, ParamList};
 use crate::{DeviceOp, ExecutionContext, GraphNode, Op, Result};
 use std::marker::PhantomData;
 
@@ -8,21 +8,23 @@ use std::marker::PhantomData;
 /// buffers (`(&DeviceBuffer<_>, ..)`) and output buffers (`(&mut DeviceBuffer<_>, ..)`).
 /// Implemented by every matching closure; implement it on a named type to name the op's type.
 /// What it may do is the promise of [`KernelOp::new`].
-pub trait LaunchFn<EI, EO, IH: InputBufs<EI>, OH: OutputBufs<EO>>: Send {
+pub trait LaunchFn<EI: Elems, EO: Elems, IH: InputBufs<EI>, OH: OutputBufs<EO>>: Send {
     /// Queues the work (see [`KernelOp::new`]'s safety section for what it may queue).
     ///
     /// # Errors
     /// Whatever the launch reports; a length mismatch should be [`crate::DeviceError::Shape`].
-    fn launch<'a>(self, ctx: &ExecutionContext<'_>, inputs: IH::Refs<'a>, outputs: OH::Muts<'a>) -> Result<()>;
+    fn launch<'a>(self, ctx: &ExecutionContext<'_>, inputs: EI::Refs<'a>, outputs: EO::Muts<'a>) -> Result<()>;
 }
 
 impl<EI, EO, IH, OH, F> LaunchFn<EI, EO, IH, OH> for F
 where
+    EI: Elems,
+    EO: Elems,
     IH: InputBufs<EI>,
     OH: OutputBufs<EO>,
-    F: for<'a> FnOnce(&ExecutionContext<'_>, IH::Refs<'a>, OH::Muts<'a>) -> Result<()> + Send,
+    F: for<'a> FnOnce(&ExecutionContext<'_>, EI::Refs<'a>, EO::Muts<'a>) -> Result<()> + Send,
 {
-    fn launch<'a>(self, ctx: &ExecutionContext<'_>, inputs: IH::Refs<'a>, outputs: OH::Muts<'a>) -> Result<()> {
+    fn launch<'a>(self, ctx: &ExecutionContext<'_>, inputs: EI::Refs<'a>, outputs: EO::Muts<'a>) -> Result<()> {
         self(ctx, inputs, outputs)
     }
 }
@@ -45,6 +47,8 @@ pub struct KernelOp<EI, EO, I, O, F> {
 
 impl<EI, EO, I, O, F> KernelOp<EI, EO, I, O, F>
 where
+    EI: Elems,
+    EO: Elems,
     I: DeviceOp,
     I::Output: InputBufs<EI>,
     O: DeviceOp,
@@ -107,8 +111,8 @@ where
         B: IntoOutputs<EO, Op = O, Handles = O::Output>,
         F: for<'a> FnOnce(
                 &ExecutionContext<'_>,
-                <I::Output as InputBufs<EI>>::Refs<'a>,
-                <O::Output as OutputBufs<EO>>::Muts<'a>,
+                <EI as Elems>::Refs<'a>,
+                <EO as Elems>::Muts<'a>,
             ) -> Result<()>
             + Send,
     {
@@ -139,6 +143,8 @@ where
 
 impl<EI, EO, I, O, F> DeviceOp for KernelOp<EI, EO, I, O, F>
 where
+    EI: Elems,
+    EO: Elems,
     I: DeviceOp,
     I::Output: InputBufs<EI>,
     O: DeviceOp,
@@ -167,6 +173,8 @@ where
 // argument ops are GraphNodes.
 unsafe impl<EI, EO, I, O, F> GraphNode for KernelOp<EI, EO, I, O, F>
 where
+    EI: Elems,
+    EO: Elems,
     I: GraphNode,
     I::Output: InputBufs<EI>,
     O: GraphNode,

@@ -1,6 +1,6 @@
 //! `Launcher`: a kernel vouched for once, launched as typed lazy ops.
 
-use super::args::{InputBufs, IntoInputs, IntoOutputs, OutputBufs, ParamList, Scalars};
+use super::args::{Elems, InputBufs, IntoInputs, IntoOutputs, OutputBufs, ParamList, Scalars};
 use super::Kernel;
 use crate::{DeviceError, DeviceOp, ExecutionContext, GraphNode, Op, Result};
 use cuda_core::LaunchConfig;
@@ -88,7 +88,7 @@ impl Kernel {
     /// handles (never `&` or `Arc`), two outputs cannot alias (the same `&mut` twice does not
     /// compile), lengths are checked before every launch, devices are checked, and every buffer's
     /// uses are ordered across streams and kept alive by graphs that recorded the launch.
-    pub unsafe fn vouch<EI, EO, P>(
+    pub unsafe fn vouch<EI: Elems, EO: Elems, P>(
         &self,
         check: impl Fn(&Lens<'_, P>) -> std::result::Result<LaunchConfig, String> + Send + Sync + 'static,
     ) -> Launcher<EI, EO, P>
@@ -99,7 +99,7 @@ impl Kernel {
     }
 }
 
-impl<EI, EO, P: Scalars> Launcher<EI, EO, P> {
+impl<EI: Elems, EO: Elems, P: Scalars> Launcher<EI, EO, P> {
     /// The kernel.
     pub fn kernel(&self) -> &Kernel {
         &self.kernel
@@ -139,6 +139,8 @@ pub struct LaunchOp<EI, EO, I, O, P> {
 
 impl<EI, EO, I, O, P> DeviceOp for LaunchOp<EI, EO, I, O, P>
 where
+    EI: Elems,
+    EO: Elems,
     I: DeviceOp,
     I::Output: InputBufs<EI>,
     O: DeviceOp,
@@ -182,6 +184,8 @@ where
 // the argument ops are GraphNodes.
 unsafe impl<EI, EO, I, O, P> GraphNode for LaunchOp<EI, EO, I, O, P>
 where
+    EI: Elems,
+    EO: Elems,
     I: GraphNode,
     I::Output: InputBufs<EI>,
     O: GraphNode,

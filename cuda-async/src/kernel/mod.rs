@@ -34,6 +34,11 @@
 //!
 //! See `docs/own-kernels.md` for a walk-through and the `own-kernel` example.
 
+/// The guide chapter `docs/own-kernels.md`, doctested (its GPU parts are `no_run`).
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/own-kernels.md")]
+pub struct OwnKernelsGuide;
+
 mod args;
 mod op;
 mod source;

@@ -69,14 +69,14 @@ where
     /// // `twice(const float* x, float* y, unsigned long long n)`: y[i] = 2 x[i] for i < n.
     /// // SAFETY: the closure only launches `twice`, which reads only x[..n] and writes only y[..n],
     /// // after checking that both hold n elements; it allocates nothing and does not synchronise.
+    /// // This block also covers the closure's `f.launch`: the arguments match the C signature.
     /// let op = unsafe {
     ///     KernelOp::new("twice", (&x,), (&mut y,), move |ctx, (x,), (y,)| {
     ///         if x.len() != y.len() {
     ///             return Err(DeviceError::shape("twice", "x and y differ in length"));
     ///         }
     ///         let n = x.len() as u64;
-    ///         // SAFETY: see the promise above; the arguments match the C signature.
-    ///         unsafe { f.launch(ctx.stream(), LaunchConfig::for_elements(x.len(), 256), (x, y, n))? };
+    ///         f.launch(ctx.stream(), LaunchConfig::for_elements(x.len(), 256), (x, y, n))?;
     ///         Ok(())
     ///     })
     /// };

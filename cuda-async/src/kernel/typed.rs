@@ -48,14 +48,14 @@ impl Kernel {
     /// Every launch through the returned [`Launcher`] is then safe.
     ///
     /// ```no_run
-    /// use cuda_async::kernel::{Kernel, Launcher};
+    /// use cuda_async::kernel::{Kernel, Launcher, Lens};
     /// use cuda_core::LaunchConfig;
     /// # let k = Kernel::from_ptx("", "twice");
     /// // `twice(const float* x, float* y, unsigned long long n)` writes y[i] = 2 x[i] for i < n.
     /// // SAFETY: the signature is (input f32, output f32, u64); for the lengths `check` accepts
     /// // (x and y of n elements each), `twice` reads only x[..n] and writes only y[..n].
     /// let twice: Launcher<(f32,), (f32,), (u64,)> = unsafe {
-    ///     k.vouch(|l| {
+    ///     k.vouch(|l: &Lens<'_, (u64,)>| {
     ///         let n = l.scalars.0;
     ///         if l.inputs != [n as usize] || l.outputs != [n as usize] {
     ///             return Err(format!("x and y must hold {n} elements; got {:?}, {:?}", l.inputs, l.outputs));
@@ -71,7 +71,8 @@ impl Kernel {
     /// # use cuda_async::kernel::{Kernel, Launcher};
     /// # let k = Kernel::from_ptx("", "twice");
     /// // error[E0133]: call to unsafe function `Kernel::vouch` is unsafe
-    /// let twice: Launcher<(f32,), (f32,), (u64,)> = k.vouch(|_| Ok(cuda_core::LaunchConfig::for_elements(1, 1)));
+    /// let twice: Launcher<(f32,), (f32,), (u64,)> =
+    ///     k.vouch(|_: &_| Ok(cuda_core::LaunchConfig::for_elements(1, 1)));
     /// ```
     ///
     /// # Safety

@@ -35,8 +35,8 @@ use crate::error::{Error, Result};
 use crate::event::PooledEvent;
 use crate::memory::{Allocation, DeviceBuffer, DeviceRepr};
 use crate::stream::Stream;
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
 use cudarc::driver::sys;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
 use std::sync::Arc;
 
 /// A cudarc error as this crate's.
@@ -50,7 +50,9 @@ fn same_context(ctx: &CudaContext, device: &Device, during: &'static str) -> Res
         return Err(Error::DeviceMismatch { during, expected: device.ordinal(), actual: ctx.ordinal() });
     }
     if !ctx.is_primary() {
-        return Err(Error::InvalidArgument(format!("{during}: the cudarc context is not the device's primary context")));
+        return Err(Error::InvalidArgument(format!(
+            "{during}: the cudarc context is not the device's primary context"
+        )));
     }
     Ok(())
 }
@@ -105,11 +107,13 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         let bytes = len
             .checked_mul(std::mem::size_of::<T>())
             .filter(|&b| ptr.checked_add(b as u64).is_some())
-            .ok_or_else(|| Error::InvalidArgument(format!("{len} elements at {ptr:#x} overflow the address space")))?;
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("{len} elements at {ptr:#x} overflow the address space"))
+            })?;
         if bytes > 0 && ptr == 0 {
             return Err(Error::InvalidArgument("wrapping a null device pointer".into()));
         }
-        if ptr % std::mem::align_of::<T>() as u64 != 0 {
+        if !ptr.is_multiple_of(std::mem::align_of::<T>() as u64) {
             return Err(Error::InvalidArgument(format!(
                 "device pointer {ptr:#x} is not aligned for {} ({} bytes)",
                 std::any::type_name::<T>(),

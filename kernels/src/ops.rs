@@ -109,7 +109,12 @@ macro_rules! kernel_op {
 /// The launch of [`Fill`].
 pub struct FillLaunch<T>(T);
 impl<T: Element, H: BufferMut<T>> LaunchFn<(), (T,), (), (H,)> for FillLaunch<T> {
-    fn launch<'a>(self, ctx: &ExecutionContext<'_>, (): (), (dst,): (&'a mut DeviceBuffer<T>,)) -> cuda_async::Result<()> {
+    fn launch(
+        self,
+        ctx: &ExecutionContext<'_>,
+        (): (),
+        (dst,): (&mut DeviceBuffer<T>,),
+    ) -> cuda_async::Result<()> {
         let (k, s) = kernels(ctx)?;
         Ok(k.fill(s, dst, self.0)?)
     }
@@ -298,9 +303,7 @@ where
     // SAFETY: the launch checks the four lengths against `shape`, then queues only the `linear`
     // kernel, which reads x, w and b and writes y within those lengths; it allocates nothing and
     // does not synchronise.
-    let op = unsafe {
-        KernelOp::with_launch("linear", (x, w, b), (y,), LinearLaunch(shape, PhantomData))
-    };
+    let op = unsafe { KernelOp::with_launch("linear", (x, w, b), (y,), LinearLaunch(shape, PhantomData)) };
     Op::new(Linear(op.into_inner()))
 }
 

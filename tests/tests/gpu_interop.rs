@@ -37,7 +37,7 @@ fn cudarc_round_trip() -> TestResult {
     let n = 1 << 20;
     let xh = random_f32(&mut rng(), n);
     let slice = cs.clone_htod(&xh).map_err(|e| e.to_string())?; // queued behind the spin
-    // SAFETY: nothing else touches `slice` while it is wrapped.
+                                                                // SAFETY: nothing else touches `slice` while it is wrapped.
     let mut wrapped = unsafe { DeviceBuffer::from_cudarc(slice, &sb)? };
     let mut out = DeviceBuffer::filled(&sb, n, POISON_F32)?;
     ops::scale(&wrapped, 2.0f32, &mut out).sync_on(&sb)?;

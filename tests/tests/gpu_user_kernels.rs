@@ -119,7 +119,8 @@ fn cuda_c_fused() -> TestResult {
     let s = Stream::new(&dev()?)?;
     let (mut r, k) = (rng(), fused());
     for n in SIZES {
-        let (xh, bh, yh, ab) = (random_f32(&mut r, n), random_f32(&mut r, n), random_f32(&mut r, n), random_f32(&mut r, 2));
+        let (xh, bh, yh, ab) =
+            (random_f32(&mut r, n), random_f32(&mut r, n), random_f32(&mut r, n), random_f32(&mut r, 2));
         let (x, bias) = (DeviceBuffer::from_host(&s, &xh)?, DeviceBuffer::from_host(&s, &bh)?);
         let mut y = DeviceBuffer::from_host(&s, &yh)?;
         let (yref,) = k.op((&x, &bias), (&mut y,), (ab[0], ab[1], n as u64)).sync_on(&s)?;
@@ -212,7 +213,10 @@ fn lengths_refused() -> TestResult {
         ("n past the lengths", k.op((&x, &x), (&mut y,), (1.0, 1.0, 65)).sync_on(&s).err()),
         ("n short of the lengths", k.op((&x, &x), (&mut y,), (1.0, 1.0, 63)).sync_on(&s).err()),
     ] {
-        ensure(matches!(e, Some(DeviceError::Shape { .. })), format!("{what}: expected a shape error, got {e:?}"))?;
+        ensure(
+            matches!(e, Some(DeviceError::Shape { .. })),
+            format!("{what}: expected a shape error, got {e:?}"),
+        )?;
     }
     ensure(y.to_vec()?.iter().all(|v| v.is_nan()), "nothing was launched")
 }

@@ -47,4 +47,4 @@ mod typed;
 pub use args::{Elems, InputBufs, IntoInputs, IntoOutputs, OutputBufs, Scalars};
 pub use op::{KernelOp, LaunchFn};
 pub use source::Kernel;
-pub use typed::{Check, LaunchOp, Launcher, Lens};
+pub use typed::{Check, LaunchOp, LaunchOpOf, Launcher, Lens};

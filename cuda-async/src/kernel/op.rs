@@ -13,7 +13,12 @@ pub trait LaunchFn<EI: Elems, EO: Elems, IH: InputBufs<EI>, OH: OutputBufs<EO>>:
     ///
     /// # Errors
     /// Whatever the launch reports; a length mismatch should be [`crate::DeviceError::Shape`].
-    fn launch<'a>(self, ctx: &ExecutionContext<'_>, inputs: EI::Refs<'a>, outputs: EO::Muts<'a>) -> Result<()>;
+    fn launch<'a>(
+        self,
+        ctx: &ExecutionContext<'_>,
+        inputs: EI::Refs<'a>,
+        outputs: EO::Muts<'a>,
+    ) -> Result<()>;
 }
 
 impl<EI, EO, IH, OH, F> LaunchFn<EI, EO, IH, OH> for F
@@ -24,7 +29,12 @@ where
     OH: OutputBufs<EO>,
     F: for<'a> FnOnce(&ExecutionContext<'_>, EI::Refs<'a>, EO::Muts<'a>) -> Result<()> + Send,
 {
-    fn launch<'a>(self, ctx: &ExecutionContext<'_>, inputs: EI::Refs<'a>, outputs: EO::Muts<'a>) -> Result<()> {
+    fn launch<'a>(
+        self,
+        ctx: &ExecutionContext<'_>,
+        inputs: EI::Refs<'a>,
+        outputs: EO::Muts<'a>,
+    ) -> Result<()> {
         self(ctx, inputs, outputs)
     }
 }

@@ -116,7 +116,7 @@ impl<EI: Elems, EO: Elems, P: Scalars> Launcher<EI, EO, P> {
     /// refuses); loads the kernel on first use per device; and launches it on the stream, ordered
     /// after the earlier conflicting uses of every buffer on any stream. Nothing is launched on an
     /// error. A [`GraphNode`] exactly when every argument op is one.
-    pub fn op<A, B>(&self, inputs: A, outputs: B, scalars: P) -> Op<LaunchOp<EI, EO, A::Op, B::Op, P>>
+    pub fn op<A, B>(&self, inputs: A, outputs: B, scalars: P) -> LaunchOpOf<EI, EO, A, B, P>
     where
         A: IntoInputs<EI>,
         B: IntoOutputs<EO>,
@@ -129,6 +129,10 @@ impl<EI: Elems, EO: Elems, P: Scalars> Launcher<EI, EO, P> {
         })
     }
 }
+
+/// The op [`Launcher::op`] returns for the argument tuples `A` (inputs) and `B` (outputs).
+pub type LaunchOpOf<EI, EO, A, B, P> =
+    Op<LaunchOp<EI, EO, <A as IntoInputs<EI>>::Op, <B as IntoOutputs<EO>>::Op, P>>;
 
 /// One launch of a vouched-for kernel. Built by [`Launcher::op`].
 pub struct LaunchOp<EI, EO, I, O, P> {

@@ -48,7 +48,11 @@ impl Allocation {
     /// Memory at `ptr` that this crate does not own: never freed here; `owner` is dropped (on the
     /// reaper thread) once every use queued before the last handle's drop has completed. See
     /// `crate::interop` for the caller's contract.
-    pub(crate) fn external(ptr: sys::CUdeviceptr, stream: Stream, owner: Box<dyn std::any::Any + Send>) -> Allocation {
+    pub(crate) fn external(
+        ptr: sys::CUdeviceptr,
+        stream: Stream,
+        owner: Box<dyn std::any::Any + Send>,
+    ) -> Allocation {
         let mut a = Allocation::new(ptr, stream, None);
         a.external = Some(std::sync::Mutex::new(Some(owner)));
         a

@@ -188,9 +188,13 @@ fn load_errors() -> TestResult {
     let s = Stream::new(&dev()?)?;
     let x = DeviceBuffer::from_host(&s, &[1.0f32; 8])?;
     let mut y = DeviceBuffer::filled(&s, 8, POISON_F32)?;
+    // Not an ELF or fatbin image, NUL-terminated so that the loader's fallback (reading it as PTX
+    // text) stays within it.
+    let mut garbage = vec![0xabu8; 255];
+    garbage.push(0);
     let cases = [
         ("empty cubin", Kernel::from_cubin(&[], "twice")),
-        ("garbage cubin", Kernel::from_cubin(&[0x7f, b'E', b'L', b'F', 1, 2, 3, 4, 5, 6, 7, 8], "twice")),
+        ("garbage cubin", Kernel::from_cubin(&garbage, "twice")),
         ("missing name", Kernel::from_ptx(TWICE_PTX, "thrice")),
         ("bad CUDA C", Kernel::from_cuda("bad.cu", "this is not CUDA", "twice", &[])),
     ];

@@ -8,6 +8,8 @@
 //!   [`join_all`], `shared`, `boxed`, `unzip`, `first`, `last`.
 //! - Scheduling: [`SchedulingPolicy`], [`StreamPoolRoundRobin`] (default), [`SingleStream`], and the
 //!   default device and policy ([`scheduling`]).
+//! - Your own kernels as typed lazy ops ([`kernel`]): from CUDA C, PTX or a cubin, vouched for
+//!   once with `unsafe`, launched safely.
 //! - Memory ops ([`memory`], with copies between devices: `memory::copy_peer`) and buffer
 //!   arguments ([`args`]); the [`GraphNode`] marker.
 //! - NCCL collectives as ops (`nccl`, feature `nccl`), recordable into graphs.
@@ -30,6 +32,7 @@ mod ext;
 mod future;
 pub mod graph;
 mod graph_node;
+pub mod kernel;
 mod lock;
 pub mod memory;
 #[cfg(feature = "nccl")]

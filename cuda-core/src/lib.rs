@@ -7,6 +7,7 @@
 //!   [`MemPool`], and cross-stream ordering of buffer uses.
 //! - [`CudaModule`], [`Function`], [`nvrtc`]: loading PTX/CUBIN, compiling CUDA C at run time with a
 //!   memory and disk cache, and typed kernel launches.
+//! - [`interop`]: cudarc slices, streams and raw device pointers as this crate's types and back.
 //! - [`graph`]: raw graph handles (capture, instantiate, upload, launch).
 //! - Several devices: [`Device::all`], peer access ([`Device::enable_peer_access`]) and copies
 //!   between devices ([`DeviceBuffer::copy_from_peer`]), ordered on both sides; NCCL collectives
@@ -53,6 +54,7 @@ pub mod driver;
 pub mod error;
 pub mod event;
 pub mod graph;
+pub mod interop;
 pub mod launch;
 pub mod memory;
 pub mod module;

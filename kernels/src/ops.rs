@@ -20,14 +20,22 @@
 //!
 //! Kernels are compiled (or read from the cache) on first use per device by [`Kernels::get`]; run
 //! one op before recording a graph to keep compilation out of the recording.
+//!
+//! Every op here is built on the public [`cuda_async::kernel::KernelOp`] (the same API a user of
+//! this framework has for kernels of their own): argument execution in order, device checks,
+//! read/write access tracking and the conditional `GraphNode` come from there; this file only
+//! adds each op's length checks and launch, in a named [`LaunchFn`] type so that the op types can
+//! be named (and implement [`TunableParam`]).
 
 pub use crate::LinearShape;
 use crate::{Element, Kernels};
+use cuda_async::combinators::Value;
+use cuda_async::kernel::{KernelOp, LaunchFn};
 use cuda_async::TunableParam;
 use cuda_async::{
     BufferMut, BufferRef, DeviceError, DeviceOp, ExecutionContext, GraphNode, IntoBufferOp, Op,
 };
-use cuda_core::{DeviceBuffer, DeviceRepr, Stream};
+use cuda_core::{DeviceBuffer, Stream};
 use std::marker::PhantomData;
 
 /// `Ok` when all `lens` agree, else a [`DeviceError::Shape`] naming `op` and every length.
@@ -48,38 +56,17 @@ fn one_element(op: &'static str, len: usize) -> cuda_async::Result<()> {
     Err(DeviceError::shape(op, format!("a one-element argument holds {len} elements")))
 }
 
-/// `Ok` when `buf` lives on the device of `ctx`'s stream.
-fn same_device<T: DeviceRepr>(
-    op: &'static str,
-    ctx: &ExecutionContext<'_>,
-    buf: &DeviceBuffer<T>,
-) -> cuda_async::Result<()> {
-    if buf.device() == ctx.device() {
-        return Ok(());
-    }
-    Err(cuda_core::Error::DeviceMismatch {
-        during: op,
-        expected: ctx.device().ordinal(),
-        actual: buf.device().ordinal(),
-    }
-    .into())
+/// The kernels of `ctx`'s device.
+fn kernels<'s>(ctx: &ExecutionContext<'s>) -> cuda_async::Result<(&'static Kernels, &'s Stream)> {
+    Ok((Kernels::get(ctx.device())?, ctx.stream()))
 }
 
-/// Generates a launcher struct, its [`DeviceOp`] impl (execute inputs, then the output, in order;
-/// check devices and lengths; launch; yield the output handle) and its conditional [`GraphNode`]
-/// impl. Inside `check` and `launch`, inputs are `&DeviceBuffer<_>` and the output is
-/// `&mut DeviceBuffer<_>`, bound to the field names.
-macro_rules! launcher {
+/// An op of this file: a newtype over the public [`KernelOp`] (inputs `$In`, one output `$Out`
+/// of element `$OutElem`, launch `$L`) yielding the output's handle rather than a 1-tuple.
+macro_rules! kernel_op {
     (
         $(#[$meta:meta])*
-        $name:ident {
-            op: $opname:expr,
-            params: { $($p:ident: $pty:ty),* $(,)? },
-            inputs: { $($input:ident: $In:ident),* $(,)? },
-            output: $out:ident: $Out:ident => DeviceBuffer<$OutElem:ty>,
-            $(check: $check:expr,)?
-            launch: |$k:ident, $s:ident| $launch:expr $(,)?
-        }
+        $name:ident [$($In:ident),*] => $Out:ident: $OutElem:ty, $L:ty
     ) => {
         $(#[$meta])*
         ///
@@ -87,11 +74,9 @@ macro_rules! launcher {
         /// devices and lengths (a mismatch is [`DeviceError::Shape`]) before launching anything,
         /// launches on that stream and yields the output argument's handle. A [`GraphNode`]
         /// exactly when every argument op is one.
-        pub struct $name<T: Element, $($In,)* $Out> {
-            $($p: $pty,)*
-            $($input: $In,)*
-            $out: $Out,
-        }
+        pub struct $name<T: Element, $($In,)* $Out>(
+            KernelOp<($(kernel_op!(@t $In),)*), ($OutElem,), kernel_op!(@ops $($In),*), ($Out,), $L>,
+        );
 
         impl<T: Element, $($In,)* $Out> DeviceOp for $name<T, $($In,)* $Out>
         where
@@ -102,24 +87,12 @@ macro_rules! launcher {
             type Output = $Out::Output;
 
             fn execute(self, ctx: &ExecutionContext<'_>) -> cuda_async::Result<$Out::Output> {
-                let $name { $($p,)* $($input,)* $out } = self;
-                $(let $input = $input.execute(ctx)?;)*
-                let mut handle = $out.execute(ctx)?;
-                {
-                    $(let $input: &DeviceBuffer<T> = $input.buffer();)*
-                    let $out: &mut DeviceBuffer<$OutElem> = handle.buffer_mut();
-                    $(same_device($opname, ctx, $input)?;)*
-                    same_device($opname, ctx, $out)?;
-                    $($check?;)?
-                    let ($k, $s): (&Kernels, &Stream) = (Kernels::get(ctx.device())?, ctx.stream());
-                    $launch?;
-                }
-                Ok(handle)
+                let (out,) = self.0.execute(ctx)?;
+                Ok(out)
             }
         }
 
-        // SAFETY: a kernel launch (and, for `sum`, a memset of an existing buffer) allocates and
-        // frees nothing and does not synchronise; the argument ops are GraphNodes.
+        // SAFETY: delegates to the `KernelOp`, a GraphNode when its argument ops are.
         unsafe impl<T: Element, $($In,)* $Out> GraphNode for $name<T, $($In,)* $Out>
         where
             $($In: GraphNode, $In::Output: BufferRef<T>,)*
@@ -128,81 +101,133 @@ macro_rules! launcher {
         {
         }
     };
+    (@t $In:ident) => { T };
+    (@ops) => { Op<Value<()>> };
+    (@ops $($In:ident),+) => { ($($In,)+) };
 }
 
-launcher! {
+/// The launch of [`Fill`].
+pub struct FillLaunch<T>(T);
+impl<T: Element, H: BufferMut<T>> LaunchFn<(), (T,), (), (H,)> for FillLaunch<T> {
+    fn launch(
+        self,
+        ctx: &ExecutionContext<'_>,
+        (): (),
+        (dst,): (&mut DeviceBuffer<T>,),
+    ) -> cuda_async::Result<()> {
+        let (k, s) = kernels(ctx)?;
+        Ok(k.fill(s, dst, self.0)?)
+    }
+}
+kernel_op! {
     /// Sets every element of `dst` to `value`. Built by [`fill`].
-    Fill {
-        op: "fill",
-        params: { value: T },
-        inputs: {},
-        output: dst: D => DeviceBuffer<T>,
-        launch: |k, s| k.fill(s, dst, value),
-    }
+    Fill [] => D: T, FillLaunch<T>
 }
 
-launcher! {
+/// The launch of [`Scale`].
+pub struct ScaleLaunch<T>(T);
+impl<T: Element, X: BufferRef<T>, O: BufferMut<T>> LaunchFn<(T,), (T,), (X,), (O,)> for ScaleLaunch<T> {
+    fn launch<'a>(
+        self,
+        ctx: &ExecutionContext<'_>,
+        (x,): (&'a DeviceBuffer<T>,),
+        (out,): (&'a mut DeviceBuffer<T>,),
+    ) -> cuda_async::Result<()> {
+        same_len("scale", &[x.len(), out.len()])?;
+        let (k, s) = kernels(ctx)?;
+        Ok(k.scale(s, x, self.0, out)?)
+    }
+}
+kernel_op! {
     /// `out[i] = alpha * x[i]`. Built by [`scale`].
-    Scale {
-        op: "scale",
-        params: { alpha: T },
-        inputs: { x: X },
-        output: out: O => DeviceBuffer<T>,
-        check: same_len("scale", &[x.len(), out.len()]),
-        launch: |k, s| k.scale(s, x, alpha, out),
-    }
+    Scale [X] => O: T, ScaleLaunch<T>
 }
 
-launcher! {
+/// The launch of [`ScaleBy`].
+pub struct ScaleByLaunch<T>(PhantomData<fn() -> T>);
+impl<T: Element, X: BufferRef<T>, A: BufferRef<T>, O: BufferMut<T>> LaunchFn<(T, T), (T,), (X, A), (O,)>
+    for ScaleByLaunch<T>
+{
+    fn launch<'a>(
+        self,
+        ctx: &ExecutionContext<'_>,
+        (x, alpha): (&'a DeviceBuffer<T>, &'a DeviceBuffer<T>),
+        (out,): (&'a mut DeviceBuffer<T>,),
+    ) -> cuda_async::Result<()> {
+        same_len("scale_by", &[x.len(), out.len()]).and_then(|_| one_element("scale_by", alpha.len()))?;
+        let (k, s) = kernels(ctx)?;
+        Ok(k.scale_by(s, x, alpha, out)?)
+    }
+}
+kernel_op! {
     /// `out[i] = alpha[0] * x[i]` with the factor in device memory. Built by [`scale_by`].
-    ScaleBy {
-        op: "scale_by",
-        params: { _t: PhantomData<fn() -> T> },
-        inputs: { x: X, alpha: A },
-        output: out: O => DeviceBuffer<T>,
-        check: same_len("scale_by", &[x.len(), out.len()]).and_then(|_| one_element("scale_by", alpha.len())),
-        launch: |k, s| k.scale_by(s, x, alpha, out),
-    }
+    ScaleBy [X, A] => O: T, ScaleByLaunch<T>
 }
 
-launcher! {
-    /// `y[i] = alpha * x[i] + y[i]`. Built by [`axpy`].
-    Axpy {
-        op: "axpy",
-        params: { alpha: T },
-        inputs: { x: X },
-        output: y: Y => DeviceBuffer<T>,
-        check: same_len("axpy", &[x.len(), y.len()]),
-        launch: |k, s| k.axpy(s, alpha, x, y),
+/// The launch of [`Axpy`].
+pub struct AxpyLaunch<T>(T);
+impl<T: Element, X: BufferRef<T>, Y: BufferMut<T>> LaunchFn<(T,), (T,), (X,), (Y,)> for AxpyLaunch<T> {
+    fn launch<'a>(
+        self,
+        ctx: &ExecutionContext<'_>,
+        (x,): (&'a DeviceBuffer<T>,),
+        (y,): (&'a mut DeviceBuffer<T>,),
+    ) -> cuda_async::Result<()> {
+        same_len("axpy", &[x.len(), y.len()])?;
+        let (k, s) = kernels(ctx)?;
+        Ok(k.axpy(s, self.0, x, y)?)
     }
+}
+kernel_op! {
+    /// `y[i] = alpha * x[i] + y[i]`. Built by [`axpy`].
+    Axpy [X] => Y: T, AxpyLaunch<T>
 }
 
 /// The launcher an elementwise binary op uses ([`Kernels::add`] or [`Kernels::mul`]).
 type BinaryFn<T> =
     fn(&Kernels, &Stream, &DeviceBuffer<T>, &DeviceBuffer<T>, &mut DeviceBuffer<T>) -> cuda_core::Result<()>;
 
-launcher! {
-    /// `out[i] = a[i] ∘ b[i]` for an elementwise binary kernel `∘`. Built by [`add`] and [`mul`].
-    Binary {
-        op: name,
-        params: { name: &'static str, kernel: BinaryFn<T> },
-        inputs: { a: A, b: B },
-        output: out: O => DeviceBuffer<T>,
-        check: same_len(name, &[a.len(), b.len(), out.len()]),
-        launch: |k, s| kernel(k, s, a, b, out),
+/// The launch of [`Binary`]: the op's name and its kernel.
+pub struct BinaryLaunch<T: Element> {
+    name: &'static str,
+    kernel: BinaryFn<T>,
+}
+impl<T: Element, A: BufferRef<T>, B: BufferRef<T>, O: BufferMut<T>> LaunchFn<(T, T), (T,), (A, B), (O,)>
+    for BinaryLaunch<T>
+{
+    fn launch<'a>(
+        self,
+        ctx: &ExecutionContext<'_>,
+        (a, b): (&'a DeviceBuffer<T>, &'a DeviceBuffer<T>),
+        (out,): (&'a mut DeviceBuffer<T>,),
+    ) -> cuda_async::Result<()> {
+        same_len(self.name, &[a.len(), b.len(), out.len()])?;
+        let (k, s) = kernels(ctx)?;
+        Ok((self.kernel)(k, s, a, b, out)?)
     }
 }
+kernel_op! {
+    /// `out[i] = a[i] ∘ b[i]` for an elementwise binary kernel `∘`. Built by [`add`] and [`mul`].
+    Binary [A, B] => O: T, BinaryLaunch<T>
+}
 
-launcher! {
-    /// `out[0] = sum(x)`, accumulated in `f64`. Built by [`sum`].
-    Sum {
-        op: "sum",
-        params: { _t: PhantomData<fn() -> T> },
-        inputs: { x: X },
-        output: out: O => DeviceBuffer<f64>,
-        check: one_element("sum", out.len()),
-        launch: |k, s| k.sum(s, x, out),
+/// The launch of [`Sum`].
+pub struct SumLaunch<T>(PhantomData<fn() -> T>);
+impl<T: Element, X: BufferRef<T>, O: BufferMut<f64>> LaunchFn<(T,), (f64,), (X,), (O,)> for SumLaunch<T> {
+    fn launch<'a>(
+        self,
+        ctx: &ExecutionContext<'_>,
+        (x,): (&'a DeviceBuffer<T>,),
+        (out,): (&'a mut DeviceBuffer<f64>,),
+    ) -> cuda_async::Result<()> {
+        one_element("sum", out.len())?;
+        let (k, s) = kernels(ctx)?;
+        Ok(k.sum(s, x, out)?)
     }
+}
+kernel_op! {
+    /// `out[0] = sum(x)`, accumulated in `f64`. Built by [`sum`].
+    Sum [X] => O: f64, SumLaunch<T>
 }
 
 /// `Ok` when the four buffers of a linear layer have the lengths `shape` requires, else a
@@ -221,16 +246,26 @@ fn linear_lens(shape: &LinearShape, x: usize, w: usize, b: usize, y: usize) -> c
     ))
 }
 
-launcher! {
-    /// A fully connected layer `y = act(x w^T + b)`. Built by [`linear`].
-    Linear {
-        op: "linear",
-        params: { shape: LinearShape, _t: PhantomData<fn() -> T> },
-        inputs: { x: X, w: W, b: B },
-        output: y: Y => DeviceBuffer<T>,
-        check: linear_lens(&shape, x.len(), w.len(), b.len(), y.len()),
-        launch: |k, s| k.linear(s, x, w, b, y, shape),
+/// The launch of [`Linear`].
+pub struct LinearLaunch<T>(LinearShape, PhantomData<fn() -> T>);
+impl<T: Element, X: BufferRef<T>, W: BufferRef<T>, B: BufferRef<T>, Y: BufferMut<T>>
+    LaunchFn<(T, T, T), (T,), (X, W, B), (Y,)> for LinearLaunch<T>
+{
+    fn launch<'a>(
+        self,
+        ctx: &ExecutionContext<'_>,
+        (x, w, b): (&'a DeviceBuffer<T>, &'a DeviceBuffer<T>, &'a DeviceBuffer<T>),
+        (y,): (&'a mut DeviceBuffer<T>,),
+    ) -> cuda_async::Result<()> {
+        let shape = self.0;
+        linear_lens(&shape, x.len(), w.len(), b.len(), y.len())?;
+        let (k, s) = kernels(ctx)?;
+        Ok(k.linear(s, x, w, b, y, shape)?)
     }
+}
+kernel_op! {
+    /// A fully connected layer `y = act(x w^T + b)`. Built by [`linear`].
+    Linear [X, W, B] => Y: T, LinearLaunch<T>
 }
 
 /// The op [`linear`] returns for the arguments `X`, `W`, `B` and `Y`.
@@ -265,14 +300,11 @@ where
     Y: IntoBufferOp<T>,
     Y::Out: BufferMut<T>,
 {
-    Op::new(Linear {
-        shape,
-        _t: PhantomData,
-        x: x.into_buffer_op(),
-        w: w.into_buffer_op(),
-        b: b.into_buffer_op(),
-        y: y.into_buffer_op(),
-    })
+    // SAFETY: the launch checks the four lengths against `shape`, then queues only the `linear`
+    // kernel, which reads x, w and b and writes y within those lengths; it allocates nothing and
+    // does not synchronise.
+    let op = unsafe { KernelOp::with_launch("linear", (x, w, b), (y,), LinearLaunch(shape, PhantomData)) };
+    Op::new(Linear(op.into_inner()))
 }
 
 /// Sets every element of `dst` to `value` with the `fill` kernel, yielding `dst`'s handle.
@@ -283,7 +315,10 @@ pub fn fill<T: Element, D: IntoBufferOp<T>>(dst: D, value: T) -> Op<Fill<T, D::O
 where
     D::Out: BufferMut<T>,
 {
-    Op::new(Fill { value, dst: dst.into_buffer_op() })
+    // SAFETY: the launch queues only the `fill` kernel, which writes dst[..dst.len()] and reads
+    // nothing; it allocates nothing and does not synchronise.
+    let op = unsafe { KernelOp::with_launch("fill", (), (dst,), FillLaunch(value)) };
+    Op::new(Fill(op.into_inner()))
 }
 
 /// `out[i] = alpha * x[i]`, yielding `out`'s handle.
@@ -299,7 +334,10 @@ pub fn scale<T: Element, X: IntoBufferOp<T>, O: IntoBufferOp<T>>(
 where
     O::Out: BufferMut<T>,
 {
-    Op::new(Scale { alpha, x: x.into_buffer_op(), out: out.into_buffer_op() })
+    // SAFETY: the launch checks x.len() == out.len() = n, then queues only the `scale` kernel,
+    // which reads x[..n] and writes out[..n]; it allocates nothing and does not synchronise.
+    let op = unsafe { KernelOp::with_launch("scale", (x,), (out,), ScaleLaunch(alpha)) };
+    Op::new(Scale(op.into_inner()))
 }
 
 /// The op [`scale_by`] returns.
@@ -317,12 +355,11 @@ pub fn scale_by<T: Element, X: IntoBufferOp<T>, A: IntoBufferOp<T>, O: IntoBuffe
 where
     O::Out: BufferMut<T>,
 {
-    Op::new(ScaleBy {
-        _t: PhantomData,
-        x: x.into_buffer_op(),
-        alpha: alpha.into_buffer_op(),
-        out: out.into_buffer_op(),
-    })
+    // SAFETY: the launch checks x.len() == out.len() = n and alpha.len() == 1, then queues only
+    // the `scale_by` kernel, which reads alpha[0] and x[..n] and writes out[..n]; it allocates
+    // nothing and does not synchronise.
+    let op = unsafe { KernelOp::with_launch("scale_by", (x, alpha), (out,), ScaleByLaunch(PhantomData)) };
+    Op::new(ScaleBy(op.into_inner()))
 }
 
 // SAFETY (the three impls below): each launcher's last queued work is exactly one launch of its
@@ -362,7 +399,10 @@ pub fn axpy<T: Element, X: IntoBufferOp<T>, Y: IntoBufferOp<T>>(
 where
     Y::Out: BufferMut<T>,
 {
-    Op::new(Axpy { alpha, x: x.into_buffer_op(), y: y.into_buffer_op() })
+    // SAFETY: the launch checks x.len() == y.len() = n, then queues only the `axpy` kernel, which
+    // reads x[..n] and y[..n] and writes y[..n]; it allocates nothing and does not synchronise.
+    let op = unsafe { KernelOp::with_launch("axpy", (x,), (y,), AxpyLaunch(alpha)) };
+    Op::new(Axpy(op.into_inner()))
 }
 
 /// The op [`add`] and [`mul`] return for the arguments `A`, `B` and `O`.
@@ -407,7 +447,11 @@ where
     O: IntoBufferOp<T>,
     O::Out: BufferMut<T>,
 {
-    Op::new(Binary { name, kernel, a: a.into_buffer_op(), b: b.into_buffer_op(), out: out.into_buffer_op() })
+    // SAFETY: the launch checks that a, b and out all hold n elements, then queues only `kernel`
+    // (`add` or `mul`), which reads a[..n] and b[..n] and writes out[..n]; it allocates nothing and
+    // does not synchronise.
+    let op = unsafe { KernelOp::with_launch(name, (a, b), (out,), BinaryLaunch { name, kernel }) };
+    Op::new(Binary(op.into_inner()))
 }
 
 /// `out[0] = sum(x)`, accumulated in `f64` (order of additions unspecified), yielding `out`'s
@@ -421,5 +465,8 @@ pub fn sum<T: Element, X: IntoBufferOp<T>, O: IntoBufferOp<f64>>(x: X, out: O) -
 where
     O::Out: BufferMut<f64>,
 {
-    Op::new(Sum { _t: PhantomData, x: x.into_buffer_op(), out: out.into_buffer_op() })
+    // SAFETY: the launch checks out.len() == 1, then queues a memset of `out` and the `sum` kernel,
+    // which reads x[..x.len()] and adds into out[0]; it allocates nothing and does not synchronise.
+    let op = unsafe { KernelOp::with_launch("sum", (x,), (out,), SumLaunch(PhantomData)) };
+    Op::new(Sum(op.into_inner()))
 }

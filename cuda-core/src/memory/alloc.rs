@@ -22,6 +22,9 @@ pub struct Allocation {
     /// not, a use on the home stream has nothing to wait for and skips `access` entirely. Only
     /// read or written under the home stream's enqueue lock (which orders it), hence `Relaxed`.
     pub(crate) foreign: std::sync::atomic::AtomicBool,
+    /// For memory this crate did not allocate (`crate::interop`): what owns it (dropped once every
+    /// use has completed, instead of a free), and whether it is external at all.
+    external: Option<std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>>,
 }
 
 impl std::fmt::Debug for Allocation {
@@ -32,7 +35,55 @@ impl std::fmt::Debug for Allocation {
 
 impl Allocation {
     pub(crate) fn new(ptr: sys::CUdeviceptr, stream: Stream, pool: Option<MemPool>) -> Allocation {
-        Allocation { ptr, stream, _pool: pool, access: Default::default(), foreign: Default::default() }
+        Allocation {
+            ptr,
+            stream,
+            _pool: pool,
+            access: Default::default(),
+            foreign: Default::default(),
+            external: None,
+        }
+    }
+
+    /// Memory at `ptr` that this crate does not own: never freed here; `owner` is dropped (on the
+    /// reaper thread) once every use queued before the last handle's drop has completed. See
+    /// `crate::interop` for the caller's contract.
+    pub(crate) fn external(
+        ptr: sys::CUdeviceptr,
+        stream: Stream,
+        owner: Box<dyn std::any::Any + Send>,
+    ) -> Allocation {
+        let mut a = Allocation::new(ptr, stream, None);
+        a.external = Some(std::sync::Mutex::new(Some(owner)));
+        a
+    }
+
+    /// Takes the owner of external memory out if it is an `O` (for `crate::interop`'s hand-back),
+    /// leaving an allocation whose drop releases nothing. `None` for memory this crate allocated,
+    /// an owner of another type, or one already taken.
+    pub(crate) fn take_owner<O: std::any::Any>(&self) -> Option<Box<O>> {
+        let mut owner = self.external.as_ref()?.lock().unwrap_or_else(|e| e.into_inner());
+        if !owner.as_ref()?.is::<O>() {
+            return None;
+        }
+        owner.take()?.downcast::<O>().ok()
+    }
+
+    /// An event on the home stream behind every use of this allocation (on any stream) queued so
+    /// far. Used by `crate::interop` before memory goes back to its foreign owner.
+    ///
+    /// # Errors
+    /// [`crate::Error::Capture`] while the home stream is captured; driver errors.
+    pub(crate) fn event_after_uses(&self) -> crate::Result<crate::event::PooledEvent> {
+        let state = self.stream.lock();
+        crate::stream::state::refuse_if_capturing(&state, "handing wrapped memory back to its owner")?;
+        self.stream.device().bind()?;
+        for ev in self.access().all_marks() {
+            self.stream.wait_unchecked(ev)?;
+        }
+        let ev = crate::event::Event::pooled(self.stream.device())?;
+        ev.record_locked(&self.stream)?;
+        Ok(ev)
     }
 
     /// The access state (see `memory::access`). The caller holds the home stream's lock.
@@ -53,6 +104,21 @@ impl Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
+        if let Some(owner) = self.external.take() {
+            let owner = owner.into_inner().unwrap_or_else(|e| e.into_inner());
+            if let Some(owner) = owner {
+                // Not ours to free: the owner goes once every use has completed; if that cannot be
+                // ordered (a capture, a driver error), it is leaked rather than released early.
+                match self.event_after_uses() {
+                    Ok(ev) => crate::reaper::drop_after(std::sync::Arc::new(ev), owner),
+                    Err(e) => {
+                        std::mem::forget(owner);
+                        crate::error::note_drop(Err(e));
+                    }
+                }
+            }
+            return;
+        }
         if self.ptr == 0 {
             return;
         }

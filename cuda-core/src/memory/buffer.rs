@@ -197,6 +197,17 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         Ok(buf)
     }
 
+    /// A buffer of `len` elements over an existing allocation (`crate::interop`). The caller
+    /// guarantees that `alloc` spans `len` elements of `T`, suitably aligned.
+    pub(crate) fn from_allocation(alloc: Arc<Allocation>, len: usize) -> Self {
+        DeviceBuffer { ptr: alloc.ptr, len, alloc, _marker: PhantomData }
+    }
+
+    /// The allocation, taken out of the buffer (`crate::interop`'s hand-back).
+    pub(crate) fn into_allocation(self) -> Arc<Allocation> {
+        self.alloc
+    }
+
     /// Number of elements.
     #[inline]
     pub fn len(&self) -> usize {

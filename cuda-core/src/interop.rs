@@ -1,0 +1,257 @@
+//! Interop with [`cudarc`] and raw driver handles: wrap memory that another library allocated as
+//! a [`DeviceBuffer`] (and hand it back), and order this crate's streams with cudarc's.
+//!
+//! This crate uses each device's **primary context** (as cudarc's [`CudaContext::new`] does), so
+//! pointers and streams of the two libraries on the same device are interchangeable; memory of
+//! another context (cudarc's `new_non_primary`, a green context) is not, and is refused where it
+//! can be detected.
+//!
+//! - [`DeviceBuffer::from_cudarc`] / [`DeviceBuffer::into_cudarc`]: a cudarc [`CudaSlice`] as a
+//!   buffer of this crate and back, ordered with cudarc's stream on both sides;
+//! - [`DeviceBuffer::from_raw_parts`] / [`DeviceBuffer::into_owner`]: any device pointer, with a
+//!   value that owns it (kept alive as long as any use or graph may touch the memory);
+//! - [`Stream::wait_for_cudarc`], [`Stream::order_cudarc_after`]: event joins between a stream of
+//!   this crate and a cudarc stream; [`Stream::as_cudarc`]: this crate's stream as a (borrowed)
+//!   cudarc stream.
+//!
+//! ```no_run
+//! # fn main() -> cuda_core::Result<()> {
+//! use cuda_core::{Device, DeviceBuffer};
+//! use cudarc::driver::CudaContext;
+//! let ctx = CudaContext::new(0).map_err(|e| cuda_core::Error::InvalidArgument(e.to_string()))?;
+//! let cs = ctx.default_stream();
+//! let slice = cs.clone_htod(&[1.0f32, 2.0, 3.0]).map_err(|e| cuda_core::Error::InvalidArgument(e.to_string()))?;
+//! let s = Device::new(0)?.new_stream()?;
+//! // SAFETY: nothing else uses `slice` while it is wrapped; its context is device 0's primary one.
+//! let mut buf = unsafe { DeviceBuffer::from_cudarc(slice, &s)? };
+//! buf.fill(&s, 7.0)?;
+//! let slice = buf.into_cudarc()?; // cudarc's stream now waits for the fill
+//! # Ok(()) }
+//! ```
+
+use crate::device::Device;
+use crate::driver::result;
+use crate::error::{Error, Result};
+use crate::event::PooledEvent;
+use crate::memory::{Allocation, DeviceBuffer, DeviceRepr};
+use crate::stream::Stream;
+use cudarc::driver::sys;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
+use std::sync::Arc;
+
+/// A cudarc error as this crate's.
+fn cudarc_err(during: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> Error {
+    move |e| Error::InvalidArgument(format!("{during}: {e}"))
+}
+
+/// `Ok` when cudarc's context `ctx` is the primary context of `device`.
+fn same_context(ctx: &CudaContext, device: &Device, during: &'static str) -> Result<()> {
+    if ctx.ordinal() != device.ordinal() {
+        return Err(Error::DeviceMismatch { during, expected: device.ordinal(), actual: ctx.ordinal() });
+    }
+    if !ctx.is_primary() {
+        return Err(Error::InvalidArgument(format!(
+            "{during}: the cudarc context is not the device's primary context"
+        )));
+    }
+    Ok(())
+}
+
+/// `stream` waits (stream-ordered, not the host) for everything queued on the raw `other` so far.
+fn wait_raw(stream: &Stream, other: &CudaStream, during: &'static str) -> Result<()> {
+    let state = stream.lock();
+    crate::stream::state::refuse_if_capturing(&state, during)?;
+    stream.device().bind()?;
+    let ev = other.record_event(None).map_err(cudarc_err(during))?;
+    // SAFETY: live stream (its lock held) and a live event of the same (primary) context.
+    unsafe { result::stream_wait_event(stream.raw(), ev.cu_event(), during) }
+}
+
+/// The raw `other` waits for `ev` (already recorded).
+fn raw_waits(other: &CudaStream, ev: &PooledEvent, during: &'static str) -> Result<()> {
+    // SAFETY: `other` is a live stream of the primary context the event belongs to (checked by
+    // the callers); the event lives across the call.
+    unsafe { result::stream_wait_event(other.cu_stream(), ev.raw(), during) }
+}
+
+impl<T: DeviceRepr> DeviceBuffer<T> {
+    /// Wraps `len` elements of `T` at the device address `ptr`, memory this crate did not allocate,
+    /// as a buffer homed on `stream`. `owner` is what keeps the memory allocated (a handle of the
+    /// library that owns it, or `()` when the caller keeps it alive otherwise): it is dropped, on a
+    /// library thread, once every use of the buffer queued before its last handle's drop (the
+    /// buffer and every graph that recorded work on it) has completed — never earlier. The memory
+    /// is never freed by this crate. Get the owner back with [`DeviceBuffer::into_owner`].
+    ///
+    /// Uses of the buffer are ordered like those of any buffer of this crate; work queued on
+    /// `stream` before the wrap comes before them. Work of other libraries on other streams is not
+    /// seen: order it yourself (e.g. [`Stream::wait_for_cudarc`]) before the first use.
+    ///
+    /// # Safety
+    /// - `ptr` is a device allocation (or part of one) **in the primary context of `stream`'s
+    ///   device**, valid for `len * size_of::<T>()` bytes and aligned for `T`;
+    /// - it stays allocated until `owner` is dropped (or handed back) — if `owner` does not own
+    ///   it, the caller keeps it allocated until then;
+    /// - while wrapped, nothing touches it except through this buffer (no other library, no second
+    ///   wrap of overlapping memory), and every bit pattern of its bytes is a valid `T` (as for
+    ///   any [`DeviceRepr`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a null or misaligned pointer with `len > 0`, or a size that
+    /// overflows the address space.
+    pub unsafe fn from_raw_parts<O: Send + 'static>(
+        ptr: sys::CUdeviceptr,
+        len: usize,
+        stream: &Stream,
+        owner: O,
+    ) -> Result<DeviceBuffer<T>> {
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .filter(|&b| ptr.checked_add(b as u64).is_some())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("{len} elements at {ptr:#x} overflow the address space"))
+            })?;
+        if bytes > 0 && ptr == 0 {
+            return Err(Error::InvalidArgument("wrapping a null device pointer".into()));
+        }
+        if !ptr.is_multiple_of(std::mem::align_of::<T>() as u64) {
+            return Err(Error::InvalidArgument(format!(
+                "device pointer {ptr:#x} is not aligned for {} ({} bytes)",
+                std::any::type_name::<T>(),
+                std::mem::align_of::<T>()
+            )));
+        }
+        let alloc = Allocation::external(ptr, stream.clone(), Box::new(owner));
+        Ok(DeviceBuffer::from_allocation(Arc::new(alloc), len))
+    }
+
+    /// Takes the owner back out of a buffer made by [`DeviceBuffer::from_raw_parts`], with an
+    /// event behind every use of the buffer queued so far (on any stream): make the owner's
+    /// library wait for it (`cuStreamWaitEvent(their_stream, ev.raw(), 0)`) before touching the
+    /// memory again.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (and the buffer is dropped, releasing the owner after its uses)
+    /// if the buffer was not wrapped with an owner of type `O`, or a graph that recorded work on it
+    /// is still alive; [`Error::Capture`] while its home stream is being captured; driver errors.
+    pub fn into_owner<O: Send + 'static>(self) -> Result<(O, PooledEvent)> {
+        let alloc = self.into_allocation();
+        if Arc::strong_count(&alloc) != 1 {
+            return Err(Error::InvalidArgument(
+                "handing wrapped memory back while a graph that recorded work on it is alive".into(),
+            ));
+        }
+        let ev = alloc.event_after_uses()?;
+        let owner = alloc.take_owner::<O>().ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "the buffer was not wrapped with an owner of type {}",
+                std::any::type_name::<O>()
+            ))
+        })?;
+        Ok((*owner, ev))
+    }
+
+    /// Wraps a cudarc [`CudaSlice`] as a buffer homed on `stream`. `stream` first waits for the
+    /// work cudarc has queued on the slice (its stream, and the slice's read/write events). The
+    /// slice is owned by the buffer: it is dropped once every use has completed, or handed back
+    /// by [`DeviceBuffer::into_cudarc`].
+    ///
+    /// # Safety
+    /// While wrapped, the memory is touched only through this buffer (no copy of the slice's
+    /// address is used by other code). The element layouts agree by construction (`T` is the
+    /// slice's element type).
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] for a slice of another device than `stream`'s;
+    /// [`Error::InvalidArgument`] for a slice of a non-primary context; [`Error::Capture`] while
+    /// `stream` is being captured; driver errors.
+    pub unsafe fn from_cudarc(mut slice: CudaSlice<T>, stream: &Stream) -> Result<DeviceBuffer<T>>
+    where
+        T: cudarc::driver::DeviceRepr,
+    {
+        const DURING: &str = "wrapping a cudarc slice";
+        same_context(slice.context(), stream.device(), DURING)?;
+        let len = slice.len();
+        let theirs = slice.stream().clone();
+        let ptr = {
+            // Makes `theirs` wait for the slice's earlier reads and writes on any cudarc stream.
+            let (ptr, _record) = slice.device_ptr_mut(&theirs);
+            ptr
+        };
+        wait_raw(stream, &theirs, DURING)?;
+        // SAFETY: the caller's promise (exclusive use while wrapped); the slice's pointer is a
+        // live allocation of `len` elements of `T` (cudarc allocates aligned) in the primary
+        // context of `stream`'s device (checked), owned by the slice kept as the owner.
+        unsafe { DeviceBuffer::from_raw_parts(ptr, len, stream, slice) }
+    }
+
+    /// Hands a buffer made by [`DeviceBuffer::from_cudarc`] back as its [`CudaSlice`]. The
+    /// slice's stream waits (stream-ordered) for every use of the buffer queued so far, so cudarc
+    /// work queued afterwards sees its results.
+    ///
+    /// # Errors
+    /// As for [`DeviceBuffer::into_owner`].
+    pub fn into_cudarc(self) -> Result<CudaSlice<T>>
+    where
+        T: cudarc::driver::DeviceRepr,
+    {
+        const DURING: &str = "handing a buffer back to cudarc";
+        let (mut slice, ev) = self.into_owner::<CudaSlice<T>>()?;
+        let theirs = slice.stream().clone();
+        raw_waits(&theirs, &ev, DURING)?;
+        // Re-records the slice's write event behind the wait, for cudarc users on other streams.
+        drop(slice.device_ptr_mut(&theirs));
+        Ok(slice)
+    }
+}
+
+impl Stream {
+    /// This stream waits (stream-ordered, not the host) for everything queued on cudarc's stream
+    /// `other` so far.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] / [`Error::InvalidArgument`] for a stream of another device or a
+    /// non-primary context; [`Error::Capture`] while this stream is being captured; driver errors.
+    pub fn wait_for_cudarc(&self, other: &CudaStream) -> Result<()> {
+        const DURING: &str = "waiting for a cudarc stream";
+        same_context(other.context(), self.device(), DURING)?;
+        wait_raw(self, other, DURING)
+    }
+
+    /// cudarc's stream `other` waits (stream-ordered) for everything queued on this stream so far.
+    ///
+    /// # Errors
+    /// As for [`Stream::wait_for_cudarc`].
+    pub fn order_cudarc_after(&self, other: &CudaStream) -> Result<()> {
+        const DURING: &str = "ordering a cudarc stream after a stream";
+        same_context(other.context(), self.device(), DURING)?;
+        let ev = {
+            let state = self.lock();
+            crate::stream::state::refuse_if_capturing(&state, DURING)?;
+            let ev = crate::event::Event::pooled(self.device())?;
+            self.device().bind()?;
+            ev.record_locked(self)?;
+            ev
+        };
+        raw_waits(other, &ev, DURING)
+    }
+
+    /// This stream as a cudarc stream of `ctx` (which must be the primary context of its device),
+    /// not destroyed by cudarc.
+    ///
+    /// # Safety
+    /// Keep `self` (or a clone) alive while the returned stream or anything retaining it may be
+    /// used. Work queued through cudarc is plain stream order: it is not tracked by this crate's
+    /// buffer ordering (order it with [`Stream::wait_for_cudarc`] and friends where buffers are
+    /// shared), and must not be queued while this stream is being captured unless it is meant to
+    /// be recorded.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] / [`Error::InvalidArgument`] for a context of another device or
+    /// a non-primary one.
+    pub unsafe fn as_cudarc(&self, ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream>> {
+        same_context(ctx, self.device(), "using a stream through cudarc")?;
+        // SAFETY: a live stream of `ctx` (checked: the primary context of its device); the
+        // caller keeps it alive while the wrapper is used.
+        Ok(unsafe { ctx.wrap_borrowed_stream(self.raw()) })
+    }
+}

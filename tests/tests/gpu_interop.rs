@@ -1,0 +1,171 @@
+//! GPU suite for `cuda_core::interop`: a cudarc `CudaSlice` wrapped as a `DeviceBuffer`, used by
+//! this project's ops and handed back (ordered with cudarc's stream on both sides); a raw device
+//! pointer wrapped with an owner that is released only after the last use (also when a graph
+//! recorded work on it); the wrap's argument checks.
+//! Ignored without a GPU; fails without one when CUDA_ASYNC_REQUIRE_GPU=1.
+
+use cuda_async::{CudaGraph, DeviceOpExt};
+use cuda_async_tests::ops::SpinWrite;
+use cuda_async_tests::{assert_close, ensure, random_f32, rng, Suite, TestResult, POISON_F32};
+use cuda_core::{Device, DeviceBuffer, Stream};
+use cudarc::driver::{sys, CudaContext};
+use kernels::ops;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn f64s(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&e| e as f64).collect()
+}
+
+fn ctx() -> Result<Arc<CudaContext>, String> {
+    CudaContext::new(0).map_err(|e| e.to_string())
+}
+
+/// cudarc uploads behind a slow kernel on its stream; wrapping orders our use after the upload;
+/// a slow write of ours, then the hand-back orders cudarc's download after it.
+fn cudarc_round_trip() -> TestResult {
+    let d = Device::new(0)?;
+    let ctx = ctx()?;
+    let (sa, sb) = (Stream::new(&d)?, Stream::new(&d)?);
+    // SAFETY: `sa` outlives `cs` and everything cudarc queues on it (declared first, dropped last);
+    // the buffers shared between the libraries are ordered by the wrap and the hand-back.
+    let cs = unsafe { sa.as_cudarc(&ctx)? };
+    let mut busy = DeviceBuffer::<f32>::zeros(&sa, 1 << 16)?;
+    // SAFETY: `busy` is never read on the host.
+    unsafe { SpinWrite { buf: &mut busy, ns: 50_000_000, v: 1.0 }.async_on(&sa)? };
+    let n = 1 << 20;
+    let xh = random_f32(&mut rng(), n);
+    let slice = cs.clone_htod(&xh).map_err(|e| e.to_string())?; // queued behind the spin
+                                                                // SAFETY: nothing else touches `slice` while it is wrapped.
+    let mut wrapped = unsafe { DeviceBuffer::from_cudarc(slice, &sb)? };
+    let mut out = DeviceBuffer::filled(&sb, n, POISON_F32)?;
+    ops::scale(&wrapped, 2.0f32, &mut out).sync_on(&sb)?;
+    assert_close(&out.to_vec()?, &f64s(&xh).iter().map(|v| 2.0 * v).collect::<Vec<_>>(), 0.0)?;
+    // SAFETY: `wrapped` is read on the host only through cudarc, after the hand-back's ordering.
+    unsafe { SpinWrite { buf: &mut wrapped, ns: 50_000_000, v: 3.0 }.async_on(&sb)? };
+    let slice = wrapped.into_cudarc()?;
+    let back = cs.clone_dtoh(&slice).map_err(|e| e.to_string())?;
+    ensure(back.iter().all(|&v| v == 3.0), "cudarc's download ran after our write")?;
+    drop(slice);
+    sa.synchronize()?;
+    Ok(())
+}
+
+/// Owns a raw `cuMemAlloc` allocation; records when it is freed.
+struct RawAlloc {
+    ptr: sys::CUdeviceptr,
+    freed: Arc<AtomicBool>,
+}
+
+impl Drop for RawAlloc {
+    fn drop(&mut self) {
+        if let Ok(ctx) = CudaContext::new(0) {
+            let _ = ctx.bind_to_thread();
+            // SAFETY: our own allocation, freed once, with its (primary) context bound.
+            let _ = unsafe { cudarc::driver::result::free_sync(self.ptr) };
+        }
+        self.freed.store(true, Ordering::SeqCst);
+    }
+}
+
+fn raw_alloc(bytes: usize) -> Result<RawAlloc, String> {
+    ctx()?.bind_to_thread().map_err(|e| e.to_string())?;
+    // SAFETY: the primary context is bound; freed by `RawAlloc`'s drop.
+    let ptr = unsafe { cudarc::driver::result::malloc_sync(bytes) }.map_err(|e| e.to_string())?;
+    Ok(RawAlloc { ptr, freed: Arc::new(AtomicBool::new(false)) })
+}
+
+fn wait_for(flag: &AtomicBool, within: Duration) -> bool {
+    let start = Instant::now();
+    while !flag.load(Ordering::SeqCst) && start.elapsed() < within {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    flag.load(Ordering::SeqCst)
+}
+
+/// A raw pointer with its owner: used by ops, handed back with an event, read by cudarc.
+fn raw_round_trip() -> TestResult {
+    let s = Stream::new(&Device::new(0)?)?;
+    let n = 100_001;
+    let owner = raw_alloc(n * 4)?;
+    let (ptr, freed) = (owner.ptr, owner.freed.clone());
+    // SAFETY: `ptr` is a fresh primary-context allocation of n f32, owned by `owner`, touched
+    // only through the buffer while wrapped.
+    let mut buf = unsafe { DeviceBuffer::<f32>::from_raw_parts(ptr, n, &s, owner)? };
+    ops::fill(&mut buf, 1.5f32).sync_on(&s)?;
+    // SAFETY: read on the host only after the returned event.
+    unsafe { SpinWrite { buf: &mut buf, ns: 30_000_000, v: 2.5 }.async_on(&s)? };
+    let (owner, ev) = buf.into_owner::<RawAlloc>()?;
+    ensure(!freed.load(Ordering::SeqCst), "handing back does not release the owner")?;
+    ev.synchronize()?;
+    let mut host = vec![0.0f32; n];
+    // SAFETY: `owner.ptr` holds n f32 and every use of ours completed (the event).
+    unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, owner.ptr) }.map_err(|e| e.to_string())?;
+    ensure(host.iter().all(|&v| v == 2.5), "the event covers every use")?;
+    drop(owner);
+    ensure(freed.load(Ordering::SeqCst), "the owner was handed back")
+}
+
+/// Dropped while a slow kernel still writes it, the owner is released only after the kernel;
+/// recorded into a graph, only after the graph is gone.
+fn owner_released_after_last_use() -> TestResult {
+    let s = Stream::new(&Device::new(0)?)?;
+    let n = 4096;
+    let owner = raw_alloc(n * 4)?;
+    let (ptr, freed) = (owner.ptr, owner.freed.clone());
+    // SAFETY: as in `raw_round_trip`.
+    let mut buf = unsafe { DeviceBuffer::<f32>::from_raw_parts(ptr, n, &s, owner)? };
+    // SAFETY: never read on the host.
+    unsafe { SpinWrite { buf: &mut buf, ns: 200_000_000, v: 1.0 }.async_on(&s)? };
+    drop(buf);
+    std::thread::sleep(Duration::from_millis(20));
+    ensure(!freed.load(Ordering::SeqCst), "released while the kernel still ran")?;
+    s.synchronize()?;
+    ensure(wait_for(&freed, Duration::from_secs(5)), "released after the last use")?;
+
+    let owner = raw_alloc(n * 4)?;
+    let (ptr, freed) = (owner.ptr, owner.freed.clone());
+    // SAFETY: as in `raw_round_trip`.
+    let buf = unsafe { DeviceBuffer::<f32>::from_raw_parts(ptr, n, &s, owner)? };
+    kernels::Kernels::get(s.device())?;
+    let mut graph = CudaGraph::scope(&s, |scope| scope.record(ops::fill(buf, 4.0f32)))?;
+    graph.launch().sync_on(&s)?;
+    let buf = graph.take_output().ok_or("the graph's output")?;
+    ensure(buf.to_vec()?.iter().all(|&v| v == 4.0), "the graph wrote the wrapped memory")?;
+    drop(buf);
+    graph.launch().sync_on(&s)?; // the graph still writes the memory: it must be alive
+    std::thread::sleep(Duration::from_millis(20));
+    ensure(!freed.load(Ordering::SeqCst), "released while a graph could still replay")?;
+    drop(graph);
+    s.synchronize()?;
+    ensure(wait_for(&freed, Duration::from_secs(5)), "released once the graph is gone")
+}
+
+/// The wrap's checks: null and misaligned pointers, and a hand-back with the wrong owner type.
+fn wrap_checks() -> TestResult {
+    let s = Stream::new(&Device::new(0)?)?;
+    // SAFETY: refused before any use.
+    let null = unsafe { DeviceBuffer::<f32>::from_raw_parts(0, 4, &s, ()) };
+    ensure(matches!(null, Err(cuda_core::Error::InvalidArgument(_))), "a null pointer is refused")?;
+    let owner = raw_alloc(64)?;
+    // SAFETY: refused before any use (misaligned for f64).
+    let odd = unsafe { DeviceBuffer::<f64>::from_raw_parts(owner.ptr + 4, 2, &s, ()) };
+    ensure(matches!(odd, Err(cuda_core::Error::InvalidArgument(_))), "a misaligned pointer is refused")?;
+    let freed = owner.freed.clone();
+    // SAFETY: a live allocation of 16 f32 owned by `owner`.
+    let buf = unsafe { DeviceBuffer::<f32>::from_raw_parts(owner.ptr, 16, &s, owner)? };
+    let wrong = buf.into_owner::<String>();
+    ensure(wrong.is_err(), "the wrong owner type is refused")?;
+    s.synchronize()?;
+    ensure(wait_for(&freed, Duration::from_secs(5)), "the refused buffer still released its owner")
+}
+
+fn main() {
+    let mut s = Suite::new();
+    s.gpu("cudarc_round_trip", cudarc_round_trip)
+        .gpu("raw_round_trip", raw_round_trip)
+        .gpu("owner_released_after_last_use", owner_released_after_last_use)
+        .gpu("wrap_checks", wrap_checks);
+    s.run()
+}

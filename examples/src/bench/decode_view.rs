@@ -140,43 +140,64 @@ pub(super) fn decode_table(j: &Value, file: &str) -> Result<String> {
     if !scalars.is_empty() {
         let _ = writeln!(s, "Other figures of the run: {}.", scalars.join(", "));
     }
-    ttft(&mut s, gf);
+    ttft(&mut s, gf, j.get("ttft").and_then(Value::as_object));
     Ok(s)
 }
 
-/// Time to first token at batch 1 (`gpt_fast.ttft`), a table by prompt length when present.
-fn ttft(s: &mut String, gf: Option<&Value>) {
-    let Some(t) = gf.and_then(|g| g.get("ttft")).and_then(Value::as_object) else { return };
+/// Time to first token at batch 1: this project's prefill graphs (`ttft`, when the file has it)
+/// beside `gpt_fast.ttft`, a table by prompt length when either is present.
+fn ttft(s: &mut String, gf: Option<&Value>, ours: Option<&serde_json::Map<String, Value>>) {
+    let t = gf.and_then(|g| g.get("ttft")).and_then(Value::as_object);
+    if t.is_none() && ours.is_none() {
+        return;
+    }
     let mut lens: Vec<(u64, String)> = ["eager", "compile"]
         .iter()
-        .filter_map(|k| t.get(*k)?.as_object())
+        .filter_map(|k| t?.get(*k)?.as_object())
         .flat_map(|m| m.keys().filter_map(|n| Some((n.parse().ok()?, n.clone()))))
+        .chain(ours.into_iter().flat_map(|m| m.keys().filter_map(|n| Some((n.parse().ok()?, n.clone())))))
         .collect();
     lens.sort();
     lens.dedup();
     if lens.is_empty() {
         return;
     }
+    let cell = |v: Option<&Value>| {
+        v.map_or("—".into(), |v| match v.as_f64() {
+            Some(x) => format!("{x:.3}"),
+            None => "error".into(),
+        })
+    };
     let rows: Vec<Vec<String>> = lens
         .iter()
         .map(|(_, n)| {
-            let c = |k: &str| {
-                t.get(k).and_then(|m| m.get(n)).map_or("—".into(), |v| match v.as_f64() {
-                    Some(x) => format!("{x:.3}"),
-                    None => "error".into(),
-                })
-            };
-            vec![n.clone(), c("eager"), c("compile")]
+            let c = |k: &str| cell(t.and_then(|t| t.get(k)).and_then(|m| m.get(n)));
+            let mut row = vec![n.clone()];
+            if let Some(o) = ours {
+                row.push(cell(o.get(n)));
+            }
+            row.extend([c("eager"), c("compile")]);
+            row
         })
         .collect();
-    let header = [
-        "prompt tokens (batch 1)".to_string(),
+    let mut header = vec!["prompt tokens (batch 1)".to_string()];
+    if ours.is_some() {
+        header.push("this project (prefill graphs), ms to first token".into());
+    }
+    header.extend([
         format!("{STATIC} eager, ms to first token"),
         format!("{STATIC} `torch.compile` reduce-overhead, ms to first token"),
-    ];
+    ]);
+    let ours_text = if ours.is_some() {
+        " This project: the prompt in chunks of the largest prefill bucket, each chunk one graph \
+         replay (GEMMs over the chunk, causal attention over the cache), the first token back on the \
+         host. PyTorch:"
+    } else {
+        ""
+    };
     let _ = write!(
         s,
-        "\nTime to first token: prompt ids to the GPU, one forward over the prompt (causal SDPA, \
+        "\nTime to first token:{ours_text} prompt ids to the GPU, one forward over the prompt (causal SDPA, \
          logits of the last position), argmax back on the host; median of the repetitions.\n\n{}",
         md_table(&header, &rows)
     );
@@ -230,6 +251,15 @@ mod tests {
         assert!(s.contains("Hugging Face transformers with PyTorch 2.11 on GPU X, 5 repetitions"));
         // Text after the time-to-first-token table would join it: the table comes last.
         assert!(s.ends_with("| 2048 | — | error |\n"), "{s}");
+    }
+
+    #[test]
+    fn our_time_to_first_token_joins_the_table() {
+        let mut j = run(json!({"ttft": {"eager": {"128": 5.0}, "compile": {"128": 2.0}}}));
+        j["ttft"] = json!({"128": 1.5, "2048": 9.25});
+        let s = decode_table(&j, "x.json").unwrap();
+        assert!(s.contains("this project (prefill graphs), ms to first token"), "{s}");
+        assert!(s.contains("| 128 | 1.500 | 5.000 | 2.000 |\n| 2048 | 9.250 | — | — |"), "{s}");
     }
 
     #[test]

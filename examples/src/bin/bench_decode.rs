@@ -15,13 +15,20 @@
 //! tokens checked against its own eager run, and its time to first token for 128/512/2048-token
 //! prompts.
 //!
+//! Time to first token of this project (`--ttft`, batch 1): a prompt of N random ids prefilled
+//! through the chunk graphs (`LlamaModel::prefill`: chunks of the largest prefill bucket, each one
+//! graph replay of GEMMs over the chunk and a causal attention over the cache), from the host ids to
+//! the first token back on the host; median of `--reps` after a warm-up that captures the buckets.
+//!
 //! Correctness (detects skipped work): graph and eager steps fed the same history choose the
-//! same tokens, and every timed step's tokens are valid ids.
+//! same tokens, every timed step's tokens are valid ids, every repetition of a prefill gives the
+//! same token, and the shortest prompt's prefill logits agree with the token-by-token decode path
+//! (within 3% of the largest |logit|: the two round differently in bf16).
 
 use anyhow::{ensure, Context, Result};
 use clap::Parser;
 use cuda_core::Device;
-use models::llama::{DeviceWeights, LlamaConfig, LlamaModel, ModelOptions, Row};
+use models::llama::{DeviceWeights, LlamaConfig, LlamaModel, ModelOptions, PrefillSeq, Row};
 use serde_json::json;
 use std::time::Instant;
 
@@ -69,6 +76,10 @@ struct Args {
     /// Prompt lengths of PyTorch's time-to-first-token measurement (batch 1); empty skips it.
     #[arg(long, default_value = "128,512,2048")]
     torch_ttft: String,
+    /// Prompt lengths of this project's time-to-first-token measurement (batch 1, prefill
+    /// graphs); empty skips it.
+    #[arg(long, default_value = "128,512,2048", value_delimiter = ',')]
+    ttft: Vec<usize>,
 }
 
 const HBM_BYTES_PER_S: f64 = 3.35e12;
@@ -122,6 +133,54 @@ fn decode(
         }
     }
     Ok(median(times))
+}
+
+/// A prompt of `n` pseudo-random ids below `vocab`.
+fn prompt_ids(n: usize, vocab: u32) -> Vec<u32> {
+    (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761).wrapping_add(i) % vocab).collect()
+}
+
+/// Time to first token at batch 1 for a prompt of `n` ids (slot 0): prefill in chunks of the
+/// largest prefill bucket, the last one wanting the next token; returns the median ms of `reps`
+/// runs after one warm-up, and the token (the same in every run, or an error).
+fn ttft(m: &mut LlamaModel, n: usize, reps: usize) -> Result<(f64, u32)> {
+    let vocab = m.config().vocab as u32;
+    let prompt = prompt_ids(n, vocab);
+    let chunk = m.options().prefill_buckets.last().copied().unwrap_or(1);
+    let mut times = Vec::new();
+    let mut first = None;
+    for r in 0..=reps {
+        m.release_slot(0)?;
+        let t = Instant::now();
+        let mut token = None;
+        for (i, piece) in prompt.chunks(chunk).enumerate() {
+            let start = (i * chunk) as u32;
+            let last = start as usize + piece.len() == n;
+            token = m.prefill(&[PrefillSeq { slot: 0, start, tokens: piece, want_next: last }])?[0];
+        }
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        let token = token.context("the last chunk returned no token")?;
+        ensure!(token < vocab, "prefill of {n} ids produced an invalid token (NaN logits?)");
+        ensure!(*first.get_or_insert(token) == token, "prefill of {n} ids is not deterministic");
+        if r > 0 {
+            times.push(ms);
+        }
+    }
+    Ok((median(times), first.unwrap_or(0)))
+}
+
+/// The prefill's logits for a prompt of `n` ids agree with the decode path fed token by token.
+fn check_prefill(m: &mut LlamaModel, n: usize) -> Result<()> {
+    ttft(m, n, 0)?;
+    let lp = m.last_prefill_logits()?;
+    let vocab = m.config().vocab as u32;
+    let prompt = prompt_ids(n, vocab);
+    let ld = m.forced_logits(1, &prompt)?.pop().context("no logits")?;
+    m.release_slot(1)?;
+    let scale = ld.iter().fold(0f32, |a, &x| a.max(x.abs()));
+    let diff = lp.iter().zip(&ld).fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+    ensure!(diff <= 0.03 * scale, "prefill vs decode logits differ by {diff} (largest |logit| {scale})");
+    Ok(())
 }
 
 /// The operating system's share of any await: a thread parks, another spins for `wait` and then
@@ -205,7 +264,8 @@ fn main() -> Result<()> {
     let stream = dev.new_stream()?;
     let cfg = if a.small { LlamaConfig::small() } else { LlamaConfig::llama_3_2_1b() };
     let w = DeviceWeights::random(&stream, &cfg, 5, 0.02)?;
-    let max_seq = a.context + a.steps * (a.reps + 1) + 16;
+    let longest_prompt = a.ttft.iter().copied().max().unwrap_or(0);
+    let max_seq = (a.context + a.steps * (a.reps + 1) + 16).max(longest_prompt + 1);
     let max_batch = a.batches.iter().copied().max().unwrap_or(1);
     let opts = ModelOptions {
         slots: max_batch.max(2),
@@ -279,6 +339,20 @@ fn main() -> Result<()> {
     );
     let wake_us = park_wake_latency_us(std::time::Duration::from_secs_f64(bl / 1e3));
     println!("OS floor: a thread parked for one step ({bl:.3} ms) runs {wake_us:.1} us after its unpark (median of 50)");
+    let mut ttft_ms = serde_json::Map::new();
+    if let Some(&shortest) = a.ttft.iter().min() {
+        check_prefill(&mut m, shortest)?;
+    }
+    for &n in &a.ttft {
+        let (ms, _) = ttft(&mut m, n, a.reps)?;
+        println!("time to first token, {n}-token prompt (prefill graphs, batch 1): {ms:.3} ms");
+        ttft_ms.insert(n.to_string(), json!(ms));
+    }
+    let prefill_buckets: Vec<_> = m
+        .prefill_buckets()
+        .iter()
+        .map(|b| json!({"chunk": b.batch, "capture_ms": b.capture_ms, "buffer_bytes": b.buffer_bytes, "graph_bytes": b.graph_bytes}))
+        .collect();
     let buckets: Vec<_> = m
         .buckets()
         .iter()
@@ -354,7 +428,7 @@ fn main() -> Result<()> {
         "bench": "decode", "gpu": dev.name(), "shape": if a.small { "small" } else { "llama-3.2-1b" },
         "context": a.context, "steps": a.steps, "reps": a.reps, "rows": rows, "buckets": buckets,
         "await_vs_blocking_us": (aw - bl) * 1e3, "os_park_wake_us": wake_us, "fused_small_batch": !a.no_fused, "blocking_ms": bl, "awaited_ms": aw, "torch": torch,
-        "gpt_fast": gpt_fast,
+        "gpt_fast": gpt_fast, "ttft": ttft_ms, "prefill_buckets": prefill_buckets,
     });
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)?;

@@ -74,7 +74,8 @@ pub struct SampleParams {
 }
 
 impl SampleParams {
-    /// A greedy row (all fields zero).
+    /// A greedy row: temperature 0, `top_p` 1, everything else 0 (an all-zero value, as a zeroed
+    /// buffer holds, is greedy too).
     pub const GREEDY: SampleParams =
         SampleParams { temperature: 0.0, top_p: 1.0, top_k: 0, counter: 0, seed: 0 };
 }

@@ -99,6 +99,17 @@ struct AttnShape {
     float scale;         // 1 / sqrt(head_dim)
 };
 
+// The rotary pair (x1, x2) -> (x1 c - x2 s, x2 c + x1 s), each rounded to bf16, in one fixed
+// sequence of roundings (intrinsics: never contracted into an FMA, whose choice of operands the
+// compiler may make differently in different kernels). The decode kernel, the cached one and
+// rope_append (prefill.cu) all rotate through this, so an appended key is the decode kernel's bit
+// for bit. (With bf16 inputs and bf16 c, s every product is exact in f32 unless it underflows,
+// so this is also what the contracted expressions gave.)
+__device__ __forceinline__ void rope_pair(float x1, float x2, float c, float sn, float& o1, float& o2) {
+    o1 = round_bf(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn)));
+    o2 = round_bf(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn)));
+}
+
 #define MAX_GROUP 8
 #define MAX_HD 128
 #define ATTN_WARPS 4
@@ -173,15 +184,14 @@ __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cach
         float c = round_bf(cosf(ang)), sn = round_bf(sinf(ang));
         for (unsigned g = 0; g < group; ++g) {
             const bf16_t* q = row + (size_t)(kvh * group + g) * hd;
-            float x1 = bf2f(q[i]), x2 = bf2f(q[i + half]);
-            q_s[g][i] = round_bf(x1 * c - x2 * sn) * s.scale;
-            q_s[g][i + half] = round_bf(x2 * c + x1 * sn) * s.scale;
+            float r1, r2;
+            rope_pair(bf2f(q[i]), bf2f(q[i + half]), c, sn, r1, r2);
+            q_s[g][i] = r1 * s.scale;
+            q_s[g][i + half] = r2 * s.scale;
         }
         if (APPENDED) continue;
         const bf16_t* k = row + (size_t)s.heads * hd + (size_t)kvh * hd;
-        float k1 = bf2f(k[i]), k2 = bf2f(k[i + half]);
-        kn_s[i] = round_bf(k1 * c - k2 * sn);
-        kn_s[i + half] = round_bf(k2 * c + k1 * sn);
+        rope_pair(bf2f(k[i]), bf2f(k[i + half]), c, sn, kn_s[i], kn_s[i + half]);
     }
     const bf16_t* v = row + ((size_t)s.heads + s.kv_heads) * hd + (size_t)kvh * hd;
     if (!APPENDED)

@@ -3,7 +3,7 @@
 // (rope_attention<G, HD, true>), and the gather of the rows whose logits are wanted.
 
 // For every row r < rows with slot = slots[r] and pos = positions[r]: rotate the row's new key by
-// pos exactly as rope_attention does (cos/sin rounded to bf16, the result rounded to bf16) and
+// pos exactly as rope_attention does (cos/sin rounded to bf16, then rope_pair) and
 // write key and value to k_cache/v_cache[slot][kv_head][pos][:]. qkv[r] = [q | k | v] as for the
 // attention. Slot 0xffffffff (an inactive row), any other slot >= slots and pos >= max_seq write
 // nothing. Block (kv head, row): blockIdx.x strides over key/value heads, blockIdx.y over rows
@@ -25,9 +25,10 @@ extern "C" __global__ void rope_append_bf16(const bf16_t* qkv, bf16_t* k_cache, 
             for (unsigned i = threadIdx.x; i < half; i += blockDim.x) {
                 float ang = (float)pos * inv_freq[i];
                 float c = round_bf(cosf(ang)), sn = round_bf(sinf(ang));
-                float k1 = bf2f(k[i]), k2 = bf2f(k[i + half]);
-                k_cache[at + i] = f2bf(round_bf(k1 * c - k2 * sn));
-                k_cache[at + i + half] = f2bf(round_bf(k2 * c + k1 * sn));
+                float r1, r2;
+                rope_pair(bf2f(k[i]), bf2f(k[i + half]), c, sn, r1, r2); // as rope_attention's
+                k_cache[at + i] = f2bf(r1);
+                k_cache[at + i + half] = f2bf(r2);
             }
             for (unsigned i = threadIdx.x; i < hd; i += blockDim.x) v_cache[at + i] = v[i];
         }

@@ -5,7 +5,7 @@
 // A row whose temperature is not > 0 is greedy: next[row] (the argmax already there) is left
 // untouched. For a sampled row:
 //   - weights w_i = exp((l_i - max) / T) over the non-NaN logits (NaN logits weigh nothing and are
-//     never chosen). If the largest logit is +inf, w_i = 1 for the +inf logits and 0 for the rest
+//     never chosen; -inf logits weigh 0, also at T = +inf, where every finite logit weighs 1). If the largest logit is +inf, w_i = 1 for the +inf logits and 0 for the rest
 //     (the pick is uniform among the +inf logits). A row with no non-NaN logit, or whose largest
 //     logit is -inf, keeps the argmax's answer.
 //   - the logits are compared through the order-preserving integer image of the float (`key`,
@@ -132,12 +132,17 @@ __device__ void sample_block_scan(double v, double* before, double* after, doubl
     __syncthreads(); // the reads above come before anyone writes sb or sh again
 }
 
-// The weight of logit v (0 for NaN); `m` is the row's largest non-NaN logit (not -inf).
+// The weight of logit v (0 for NaN and -inf); `m` is the row's largest non-NaN logit (not -inf).
+// Never NaN: with T = +inf (inv_t = 0) a -inf logit weighs 0 and a finite one 1 (the limit
+// exp(0), also where v - m overflows to -inf), where (v - m) * inv_t alone would give -inf * 0.
+// For finite T > 0 this is exactly expf((v - m) * inv_t).
 __device__ __forceinline__ float sample_weight(float v, float m, float inv_t, bool inf_mode) {
     if (v != v) return 0.f;
     if (inf_mode) return v == m ? 1.f : 0.f;
     if (v == m) return 1.f;
-    return expf((v - m) * inv_t); // v < m: <= 0 times a positive (maybe inf) factor
+    if (v == -SAMPLE_INF) return 0.f;
+    const float e = (v - m) * inv_t; // v < m: < 0 (maybe -inf) times a positive (maybe inf) factor
+    return e == e ? expf(e) : 1.f;  // NaN only as -inf * 0 (T = +inf)
 }
 
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)

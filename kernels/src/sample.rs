@@ -5,7 +5,8 @@
 //! `models::llama` does).
 //!
 //! How a sampled row is drawn (see `cuda/sample.cu` for the details):
-//! - weights `exp((l - max) / T)` over the non-NaN logits; NaN logits are never chosen. If the
+//! - weights `exp((l - max) / T)` over the non-NaN logits; NaN logits are never chosen, `-inf`
+//!   logits weigh 0 (also at `T = +inf`, where every finite logit weighs 1). If the
 //!   largest logit is `+inf`, the pick is uniform among the `+inf` logits. A row with no
 //!   non-NaN logit, or whose largest logit is `-inf`, keeps the argmax's answer.
 //! - top-k keeps the `k` largest logits, **and every logit equal to the k-th largest**; top-p then
@@ -73,7 +74,8 @@ pub struct SampleParams {
 }
 
 impl SampleParams {
-    /// A greedy row (all fields zero).
+    /// A greedy row: temperature 0, `top_p` 1, everything else 0 (an all-zero value, as a zeroed
+    /// buffer holds, is greedy too).
     pub const GREEDY: SampleParams =
         SampleParams { temperature: 0.0, top_p: 1.0, top_k: 0, counter: 0, seed: 0 };
 }

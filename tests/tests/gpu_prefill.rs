@@ -14,6 +14,7 @@ use cuda_async_tests::{ensure, rng, Failed, Suite, TestResult};
 use cuda_core::{Device, DeviceBuffer, Stream};
 use half::bf16;
 use kernels::llama::{AttnShape, LlamaKernels, INACTIVE};
+use kernels::sample::uniform;
 use models::llama::{
     DeviceWeights, HostWeights, LlamaConfig, LlamaModel, ModelOptions, PrefillSeq, Row, Sampling,
 };
@@ -82,48 +83,64 @@ fn check_chunk(shape: AttnShape, rows: &[(u32, u32)]) -> TestResult {
     ensure(counters.to_vec()?.iter().all(|&c| c == 0), "counters not reset to zero")?;
     let f = |v: bf16| v.to_f64();
     let qkv_row = shape.qkv_row();
-    let rot = |v: &[bf16], pos: usize| -> Vec<f64> {
+    // One head rotated by `pos` on the host, and how far the device's result may be from it:
+    // both round cos/sin to bf16, but the device's cosf/sinf (2 ulp) may land on the
+    // neighbouring bf16 value, a change of at most 2^-7 |c| <= 2^-7 in c (or s), which moves
+    // x1 c - x2 s by at most 2^-7 (|x1| + |x2|) before the result's own bf16 rounding (another
+    // 2^-7 |result| at most). The tolerance is twice that; the exact check is the comparison
+    // with the decode kernel below.
+    let rot_tol = |v: &[bf16], pos: usize| -> (Vec<f64>, Vec<f64>) {
         let half = hd / 2;
-        let mut o = vec![0.0; hd];
+        let (mut o, mut tol) = (vec![0.0; hd], vec![0.0; hd]);
         for i in 0..half {
             let ang = (pos as f32 * inv[i]) as f64;
             let (c, sn) = (bf(ang.cos()), bf(ang.sin()));
             let (x1, x2) = (f(v[i]), f(v[i + half]));
             o[i] = bf(x1 * c - x2 * sn);
             o[i + half] = bf(x2 * c + x1 * sn);
+            for d in [i, i + half] {
+                tol[d] = (x1.abs() + x2.abs() + o[d].abs()) / 64.0;
+            }
         }
-        o
+        (o, tol)
     };
+    let rot = |v: &[bf16], pos: usize| rot_tol(v, pos).0;
     let active = |row: usize| (rows[row].0 as usize) < slots_n && (rows[row].1 as usize) < max_seq;
-    // The host's caches after the append: (key f64 with its tolerance, value).
+    // The host's caches after the append: keys (with their tolerance: 0 where not written) and
+    // values (exact).
     let mut want_k: Vec<f64> = kc0.iter().map(|&v| f(v)).collect();
     let mut want_v: Vec<f64> = vc0.iter().map(|&v| f(v)).collect();
+    let mut tol_k = vec![0f64; kc0.len()];
     let mut written = vec![false; kc0.len()];
     for row in (0..b).filter(|&row| active(row)) {
         let (slot, pos) = (rows[row].0 as usize, rows[row].1 as usize);
         let x = &qkv[row * qkv_row..(row + 1) * qkv_row];
         for h in 0..kvh {
-            let knew = rot(&x[(heads + h) * hd..(heads + h + 1) * hd], pos);
+            let (knew, tol) = rot_tol(&x[(heads + h) * hd..(heads + h + 1) * hd], pos);
             let base = ((slot * kvh + h) * max_seq + pos) * hd;
             for d in 0..hd {
                 want_k[base + d] = knew[d];
+                tol_k[base + d] = tol[d];
                 want_v[base + d] = f(x[(heads + kvh + h) * hd + d]);
                 written[base + d] = true;
             }
         }
     }
     for i in 0..kc0.len() {
-        // An appended key may differ by a bf16 step where the device's cos/sin round the other
-        // way; values and every entry not written are exact.
-        let tol = if written[i] { 1.0 / 64.0 * want_k[i].abs().max(1.0 / 64.0) } else { 0.0 };
+        // An appended key within its tolerance (see `rot_tol`); values and every entry not
+        // written exact.
         ensure(
-            (f(kc[i]) - want_k[i]).abs() <= tol && f(vc[i]) == want_v[i],
+            (f(kc[i]) - want_k[i]).abs() <= tol_k[i] && f(vc[i]) == want_v[i],
             format!(
                 "cache entry {i} (written: {}): k {} v {} expected {} {}",
                 written[i], kc[i], vc[i], want_k[i], want_v[i]
             ),
         )?;
     }
+    // The attention's reference reads the device's caches (checked above): the keys as appended,
+    // not the host's rotation, which may differ by the bf16 steps allowed there.
+    let (dev_k, dev_v): (Vec<f64>, Vec<f64>) =
+        (kc.iter().map(|&v| f(v)).collect(), vc.iter().map(|&v| f(v)).collect());
     let mut worst = 0f64;
     for row in 0..b {
         let (slot, pos) = (rows[row].0 as usize, rows[row].1 as usize);
@@ -144,13 +161,13 @@ fn check_chunk(shape: AttnShape, rows: &[(u32, u32)]) -> TestResult {
                 let q: Vec<f64> =
                     rot(&x[qh * hd..(qh + 1) * hd], pos).iter().map(|v| v * shape.scale as f64).collect();
                 let scores: Vec<f64> =
-                    (0..=pos).map(|p| (0..hd).map(|d| q[d] * want_k[base + p * hd + d]).sum()).collect();
+                    (0..=pos).map(|p| (0..hd).map(|d| q[d] * dev_k[base + p * hd + d]).sum()).collect();
                 let mx = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let w: Vec<f64> = scores.iter().map(|sc| (sc - mx).exp()).collect();
                 let den: f64 = w.iter().sum();
                 let (mut diff, mut norm) = (0f64, 0f64);
                 for d in 0..hd {
-                    let want: f64 = (0..=pos).map(|p| w[p] * want_v[base + p * hd + d]).sum::<f64>() / den;
+                    let want: f64 = (0..=pos).map(|p| w[p] * dev_v[base + p * hd + d]).sum::<f64>() / den;
                     let g_ = f(o[qh * hd + d]);
                     ensure(g_.is_finite(), format!("row {row} head {qh} dim {d}: {g_}"))?;
                     diff += (g_ - want).powi(2);
@@ -533,9 +550,30 @@ fn hf_reference_prefill() -> TestResult {
     Ok(())
 }
 
+/// Whether `token` is the draw `u` from `logits` at temperature `t` over the `k` largest logits
+/// (ties with the k-th kept): the first token in index order whose running probability exceeds
+/// `u`, within 1e-5 of its interval's ends (f32 sums on the GPU).
+fn drawn_by(logits: &[f32], t: f32, k: usize, u: f64, token: usize) -> bool {
+    let mut sorted = logits.to_vec();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let (cut, m) = (sorted[k - 1], f64::from(sorted[0]));
+    let w: Vec<f64> = logits
+        .iter()
+        .map(|&l| if l >= cut { ((f64::from(l) - m) / f64::from(t)).exp() } else { 0.0 })
+        .collect();
+    let total: f64 = w.iter().sum();
+    let Some(&wt) = w.get(token) else { return false };
+    let before = w[..token].iter().sum::<f64>() / total;
+    wt > 0.0 && before - 1e-5 <= u && u <= before + wt / total + 1e-5
+}
+
 /// Sampling inside the prefill graph: greedy parameters give `prefill`'s tokens; a sampled piece
-/// draws the same token alone and packed (same bucket, same seed), only from its top-k set, and
-/// different seeds draw different tokens (so the sampler runs, with the staged parameters).
+/// draws the same token alone and packed (same bucket, same seed), only from its top-k set, the
+/// token the host draws from the piece's logits with `u = uniform(seed, position of the piece's
+/// last token)` (the counter a decode step at that position uses), and different seeds draw
+/// different tokens (so the sampler runs, with the staged parameters). Mutations caught: the
+/// sampler outside the graph or the parameters not staged (greedy tokens), another counter
+/// (the piece's start, or last + 1), the seed ignored.
 fn prefill_sampled_draws() -> TestResult {
     let s = stream()?;
     let mut m = random_model(&s, opts())?;
@@ -577,6 +615,12 @@ fn prefill_sampled_draws() -> TestResult {
             16,
         )?;
         ensure(alone[0] == Some(t), format!("seed {seed}: alone {:?} vs packed {t}", alone[0]))?;
+        ensure(m.last_prefill_logits()? == lg, format!("seed {seed}: the sampled prefill's logits differ"))?;
+        let last = a.len() as u32 - 1;
+        ensure(
+            drawn_by(&lg, 1.5, 5, uniform(seed, last), t as usize),
+            format!("seed {seed}: token {t} is not the draw u = uniform(seed, {last}) from the logits"),
+        )?;
         drawn.insert(t);
     }
     ensure(drawn.len() >= 2, format!("16 seeds drew only {drawn:?}: the sampler did not run"))

@@ -7,7 +7,7 @@
 
 use cuda_async_tests::{ensure, rng, Failed, Suite, TestResult};
 use cuda_core::{Device, DeviceBuffer, Stream};
-use kernels::sample::{uniform, SampleParams, Sampler};
+use kernels::sample::{uniform, SampleParams, Sampler, SAMPLE_MAX_BLOCKS};
 use models::llama::{DeviceWeights, LlamaConfig, LlamaModel, ModelOptions, Row, Sampling};
 use rand::Rng;
 
@@ -78,6 +78,8 @@ fn reference(logits: &[f32], p: &SampleParams) -> Option<Dist> {
             f64::from(u8::from(v == m))
         } else if v == m {
             1.0
+        } else if v == f32::NEG_INFINITY {
+            0.0 // also at T = +inf (every finite logit then weighs exp(-0) = 1)
         } else {
             ((f64::from(v) - f64::from(m)) / t).exp()
         }
@@ -327,8 +329,10 @@ fn greedy_rows_are_untouched() -> TestResult {
 /// (logits, temperature, top_k, top_p, tokens that must all be drawn at least once).
 type Case<'a> = (&'a Vec<f32>, f32, u32, f32, Option<Vec<usize>>);
 
-/// (d) NaN, +inf, -inf and signed zeros. Mutations caught: NaN weighed as a logit, +inf handled
-/// through exp (NaN weights), ties at the top-k cut dropped, -0 and +0 read as different.
+/// (d) NaN, +inf, -inf and signed zeros, and T = +inf (`Sampler` takes any parameters: uniform
+/// over the finite logits). Mutations caught: NaN weighed as a logit, +inf handled through exp
+/// (NaN weights), ties at the top-k cut dropped, -0 and +0 read as different, -inf logits
+/// weighed through exp(-inf * 0) at T = +inf (NaN masses: every draw the last finite token).
 fn nan_and_inf_logits() -> TestResult {
     let s = stream()?;
     let mut r = rng();
@@ -362,6 +366,8 @@ fn nan_and_inf_logits() -> TestResult {
         (&two_inf, 1.0, 0, 1.0, Some(vec![17, 401])),
         (&two_inf, 1.0, 1, 1.0, Some(vec![17, 401])),
         (&neg_inf, 1.0, 0, 1.0, None),
+        (&neg_inf, f32::INFINITY, 0, 1.0, None),
+        (&neg_inf, f32::INFINITY, 0, 0.3, None),
         (&zeros, 1.0, 1, 1.0, Some(vec![3, 9])),
         (&base, 1.0, 1, 1.0, Some(vec![am])),
         (&base, 1.0, 0, 1e-6, Some(vec![am])),
@@ -480,6 +486,83 @@ fn model_steps_sample_in_the_graph() -> TestResult {
     Ok(())
 }
 
+/// (g) More rows than the grid has blocks ([`SAMPLE_MAX_BLOCKS`]): block `b` also samples row
+/// `b + 65535`, after a greedy or a sampled row. Mutations caught: a greedy row ending its block
+/// (`return` for `continue`: the block's later rows keep their poison), per-row shared state
+/// (`chosen`, the reduction slots) not reset or raced between a block's rows.
+fn rows_beyond_the_grid() -> TestResult {
+    let s = stream()?;
+    let mut r = rng();
+    let (vocab, extra) = (48usize, 300usize);
+    let rows = SAMPLE_MAX_BLOCKS + extra;
+    let logits: Vec<f32> = (0..rows * vocab).map(|_| r.random_range(-3.0f32..3.0)).collect();
+    let ps: Vec<SampleParams> = (0..rows)
+        .map(|i| {
+            // The first `extra` rows alternate greedy and sampled; every row a block takes
+            // second is sampled; the rest mixed.
+            let t = if i < extra {
+                [0.0, 0.7][i % 2]
+            } else if i >= SAMPLE_MAX_BLOCKS {
+                [1.0, 0.5, 2.0][i % 3]
+            } else {
+                [0.0, 1.0, 0.6][i % 3]
+            };
+            params(t, [0, 3, 10][i % 3], [1.0, 0.8][i % 2], r.random(), r.random())
+        })
+        .collect();
+    let got = launch(&s, &logits, &ps, vocab)?;
+    let skipped = check_rows(&logits, &ps, vocab, &got)?;
+    ensure(skipped <= rows / 100, format!("{skipped} ambiguous rows of {rows}"))?;
+    Ok(())
+}
+
+/// (h) A step that rewinds a slot, polled once (its copies and replay queued) and dropped before
+/// it finishes: the slot is shortened to the rewound position (the cache there may hold the new
+/// token now), so a step past it is refused instead of reading a sequence that is neither the
+/// old nor the new one, and `last_logits` refuses to show the unfinished step's rows. Feeding
+/// the old tokens again from the rewound position restores the old logits bit for bit. Mutation caught: the slot length
+/// left at 10 by the dropped step (the step at position 10 accepted).
+fn dropped_rewind_shortens_the_slot() -> TestResult {
+    let s = stream()?;
+    let mut m = random_model(&s, vec![1, 16])?;
+    let toks: Vec<u32> = (0..10u32).map(|i| 7 + 13 * i).collect();
+    let feed = |m: &mut LlamaModel, from: usize| -> TestResult {
+        for (p, &token) in toks.iter().enumerate().skip(from) {
+            m.step(&[Row { slot: 0, position: p as u32, token }])?;
+        }
+        Ok(())
+    };
+    feed(&mut m, 0)?;
+    let before = m.last_logits()?;
+    ensure(m.slot_len(0) == Some(10), "slot 0 holds 10 positions")?;
+    let rewind = [Row { slot: 0, position: 3, token: 999 }];
+    let hot = [Sampling { temperature: 1.0, top_p: 1.0, top_k: 0, seed: 5 }];
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let first = rt.block_on(async {
+        let mut fut = std::pin::pin!(m.step_sampled_async(&rewind, &hot));
+        futures::poll!(fut.as_mut())
+    });
+    match first {
+        std::task::Poll::Ready(done) => {
+            // Finished within the first poll (unlikely): a completed rewind.
+            done?;
+            ensure(m.slot_len(0) == Some(4), format!("completed rewind: slot_len {:?}", m.slot_len(0)))?;
+        }
+        std::task::Poll::Pending => {
+            ensure(m.slot_len(0) == Some(3), format!("dropped rewind: slot_len {:?}, not 3", m.slot_len(0)))?;
+            ensure(m.last_logits().is_err(), "last_logits shows a step that did not finish")?;
+            ensure(
+                m.step(&[Row { slot: 0, position: 10, token: 1 }]).is_err(),
+                "a step after a dropped rewind read the positions it may have overwritten",
+            )?;
+        }
+    }
+    // Positions 0..3 are intact: feeding the old tokens from position 3 on restores the sequence.
+    feed(&mut m, 3)?;
+    ensure(m.last_logits()? == before, "the sequence fed again gives other logits")?;
+    Ok(())
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("distribution_matches_host", distribution_matches_host)
@@ -488,6 +571,8 @@ fn main() {
         .gpu("nan_and_inf_logits", nan_and_inf_logits)
         .gpu("full_vocabulary_rows", full_vocabulary_rows)
         .gpu("model_steps_sample_in_the_graph", model_steps_sample_in_the_graph)
+        .gpu("rows_beyond_the_grid", rows_beyond_the_grid)
+        .gpu("dropped_rewind_shortens_the_slot", dropped_rewind_shortens_the_slot)
         .cpu("host_reference_rules", host_reference_rules);
     s.run()
 }

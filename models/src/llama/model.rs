@@ -559,7 +559,7 @@ impl LlamaModel {
 
     /// Checks the rows, captures their bucket if needed, stages them with their sampling
     /// parameters (every row greedy without `sampling`, which the caller has checked), and
-    /// returns the step's op (copies in, replay, copy out) with the number of rows.
+    /// returns the step's op (copies in, replay, copy out) with the bucket it runs in.
     fn stage(
         &mut self,
         rows: &[Row],
@@ -568,7 +568,7 @@ impl LlamaModel {
     ) -> Result<(usize, impl DeviceOp<Output = ()> + '_)> {
         let batch = self.check_rows(rows, bucket)?;
         self.ensure(batch)?;
-        self.last_rows = Some((batch, rows.len()));
+        self.begin(rows);
         let b = self.buckets.get_mut(&batch).ok_or_else(|| misuse("bucket vanished".into()))?;
         b.write_rows(rows, sampling)?;
         let Bucket { buf, graph, in_tokens, in_slots, in_positions, in_params, out_next, .. } = b;
@@ -579,20 +579,36 @@ impl LlamaModel {
             })
             .then(move |next| graph.launch().map(move |()| next))
             .and_then_with_context(move |next, ctx| Ok(out_next.copy_from_device_async(ctx.stream(), next)?));
-        Ok((rows.len(), op))
+        Ok((batch, op))
     }
 
-    /// Records that `rows` were written to the cache: called only after their step's work ran,
-    /// so a step that failed, or whose future was dropped before it finished, never lets a later
-    /// step read a position that was not written (it may be fed again instead).
-    fn commit(&mut self, rows: &[Row]) {
+    /// Before `rows`' work is queued: forgets the last step's results (until this one completes,
+    /// [`LlamaModel::last_logits`] refuses rather than show another step's rows) and shortens
+    /// each row's slot to the row's position. A row that rewinds (`position < slot_len`)
+    /// overwrites that cache position, so if its step fails or its future is dropped, the
+    /// positions after it no longer belong to the sequence the slot held: a later step must feed
+    /// them again rather than read them. (Rows at `position == slot_len` change nothing here.)
+    fn begin(&mut self, rows: &[Row]) {
+        self.last_rows = None;
         for r in rows {
-            self.filled[r.slot as usize] = r.position + 1;
+            let len = &mut self.filled[r.slot as usize];
+            *len = (*len).min(r.position);
         }
     }
 
+    /// Records that `rows` were written to the cache and that the step of `batch` rows finished:
+    /// called only after its work ran, so a step that failed, or whose future was dropped before
+    /// it finished, never lets a later step read a position that was not written (it may be fed
+    /// again instead).
+    fn commit(&mut self, rows: &[Row], batch: usize) {
+        for r in rows {
+            self.filled[r.slot as usize] = r.position + 1;
+        }
+        self.last_rows = Some((batch, rows.len()));
+    }
+
     fn read_next(&self, n: usize) -> Result<Vec<u32>> {
-        let (batch, _) = self.last_rows.ok_or_else(|| misuse("no step has run".into()))?;
+        let (batch, _) = self.last_rows.ok_or_else(|| misuse("no step has completed".into()))?;
         let b = self.buckets.get(&batch).ok_or_else(|| misuse("bucket evicted".into()))?;
         Ok(b.out_next.as_slice()?[..n].to_vec())
     }
@@ -616,10 +632,10 @@ impl LlamaModel {
         bucket: Option<usize>,
     ) -> Result<Vec<u32>> {
         let stream = self.stream.clone();
-        let (n, op) = self.stage(rows, sampling, bucket)?;
+        let (batch, op) = self.stage(rows, sampling, bucket)?;
         op.sync_on(&stream)?;
-        self.commit(rows);
-        self.read_next(n)
+        self.commit(rows, batch);
+        self.read_next(rows.len())
     }
 
     /// [`LlamaModel::run_step`] in the smallest bucket, resolving once the tokens are ready.
@@ -629,10 +645,10 @@ impl LlamaModel {
         sampling: Option<&[Sampling]>,
     ) -> Result<Vec<u32>> {
         let stream = self.stream.clone();
-        let (n, op) = self.stage(rows, sampling, None)?;
+        let (batch, op) = self.stage(rows, sampling, None)?;
         op.on(&stream).await?;
-        self.commit(rows);
-        self.read_next(n)
+        self.commit(rows, batch);
+        self.read_next(rows.len())
     }
 
     /// [`LlamaModel::step`] in a given bucket (padded with inactive rows) instead of the smallest
@@ -664,7 +680,7 @@ impl LlamaModel {
     pub fn step_eager(&mut self, rows: &[Row]) -> Result<Vec<u32>> {
         let batch = self.check_rows(rows, None)?;
         self.ensure(batch)?;
-        self.last_rows = Some((batch, rows.len()));
+        self.begin(rows);
         let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, gemv, sampler, stream, buckets, .. } =
             self;
         let b = buckets.get_mut(&batch).ok_or_else(|| misuse("bucket vanished".into()))?;
@@ -675,16 +691,17 @@ impl LlamaModel {
             .sync_on(stream)?;
         b.out_next.copy_from_device_async(stream, &b.buf.next)?;
         let next = b.out_next.as_slice()?[..rows.len()].to_vec();
-        self.commit(rows);
+        self.commit(rows, batch);
         Ok(next)
     }
 
     /// The logits (`f32`, `[rows][vocab]`) of the last step's rows.
     ///
     /// # Errors
-    /// No step has run yet, or its bucket was evicted since; copy errors.
+    /// No step has completed yet (or the last one failed, or its future was dropped before it
+    /// finished), or its bucket was evicted since; copy errors.
     pub fn last_logits(&self) -> Result<Vec<f32>> {
-        let (batch, n) = self.last_rows.ok_or_else(|| misuse("no step has run".into()))?;
+        let (batch, n) = self.last_rows.ok_or_else(|| misuse("no step has completed".into()))?;
         let b = self.buckets.get(&batch).ok_or_else(|| misuse("bucket evicted".into()))?;
         let mut all = vec![0f32; b.buf.logits.len()];
         b.buf.logits.copy_to_host(&self.stream, &mut all)?;

@@ -90,17 +90,22 @@ impl LlamaModel {
         Ok(())
     }
 
-    /// Checks the pieces, captures their bucket if needed, stages them and returns the op
-    /// (copies in, replay, copy out of the next tokens).
+    /// Checks the pieces, captures their bucket if needed, stages them and returns (chunk
+    /// bucket, wanting pieces) with the op (copies in, replay, copy out of the next tokens).
+    /// Forgets the last prefill's results until this one completes (`prefill_finish`):
+    /// a failed or dropped prefill leaves nothing that [`LlamaModel::last_prefill_logits`] would
+    /// show as its own. (The slots need no shortening: a piece writes only positions from
+    /// `slot_len` on, which no later step reads before feeding them again.)
     fn prefill_stage(
         &mut self,
         seqs: &[PrefillSeq<'_>],
         sampling: Option<&[Sampling]>,
         bucket: Option<usize>,
-    ) -> Result<impl DeviceOp<Output = ()> + '_> {
+    ) -> Result<((usize, usize), impl DeviceOp<Output = ()> + '_)> {
         let plan = plan(seqs, sampling, &self.opts, &self.filled, self.cfg.vocab, bucket)?;
         self.ensure_prefill(plan.chunk)?;
-        self.prefill.last = Some((plan.chunk, plan.wanted));
+        self.prefill.last = None;
+        let ran = (plan.chunk, plan.wanted);
         let b = self.prefill.buckets.get_mut(&plan.chunk).ok_or_else(|| refuse("bucket vanished".into()))?;
         b.write(&plan)?;
         let PrefillBucket {
@@ -114,7 +119,7 @@ impl LlamaModel {
             out_next,
             ..
         } = b;
-        Ok(value(())
+        let op = value(())
             .and_then_with_context(move |(), ctx| {
                 let s = ctx.stream();
                 in_tokens.copy_to_device_async(s, &mut buf.tokens)?;
@@ -125,15 +130,18 @@ impl LlamaModel {
                 Ok(&buf.next)
             })
             .then(move |next| graph.launch().map(move |()| next))
-            .and_then_with_context(move |next, ctx| Ok(out_next.copy_from_device_async(ctx.stream(), next)?)))
+            .and_then_with_context(move |next, ctx| Ok(out_next.copy_from_device_async(ctx.stream(), next)?));
+        Ok((ran, op))
     }
 
-    /// After the work ran: advances the slots and reads the next tokens of the wanted pieces.
-    fn prefill_finish(&mut self, seqs: &[PrefillSeq<'_>]) -> Result<Vec<Option<u32>>> {
+    /// After the work of `ran` (chunk bucket, wanting pieces) completed: advances the slots,
+    /// records it as the last prefill and reads the next tokens of the wanted pieces.
+    fn prefill_finish(&mut self, seqs: &[PrefillSeq<'_>], ran: (usize, usize)) -> Result<Vec<Option<u32>>> {
         for p in seqs {
             self.filled[p.slot as usize] = p.start + p.tokens.len() as u32;
         }
-        let (chunk, wanted) = self.prefill.last.ok_or_else(|| refuse("no prefill has run".into()))?;
+        self.prefill.last = Some(ran);
+        let (chunk, wanted) = ran;
         let b = self.prefill.buckets.get(&chunk).ok_or_else(|| refuse("bucket evicted".into()))?;
         let mut next = b.out_next.as_slice()?[..wanted].iter().copied();
         Ok(seqs.iter().map(|p| if p.want_next { next.next() } else { None }).collect())
@@ -172,8 +180,9 @@ impl LlamaModel {
     /// than the bucket's `min(bucket, slots)` logit rows; capture, copy and driver errors.
     pub fn prefill(&mut self, seqs: &[PrefillSeq<'_>]) -> Result<Vec<Option<u32>>> {
         let stream = self.stream.clone();
-        self.prefill_stage(seqs, None, None)?.sync_on(&stream)?;
-        self.prefill_finish(seqs)
+        let (ran, op) = self.prefill_stage(seqs, None, None)?;
+        op.sync_on(&stream)?;
+        self.prefill_finish(seqs, ran)
     }
 
     /// [`LlamaModel::prefill`] in a given prefill bucket instead of the smallest holding the
@@ -184,8 +193,9 @@ impl LlamaModel {
     /// ([`DeviceError::Shape`](cuda_async::DeviceError::Shape)); as for [`LlamaModel::prefill`].
     pub fn prefill_in_bucket(&mut self, seqs: &[PrefillSeq<'_>], bucket: usize) -> Result<Vec<Option<u32>>> {
         let stream = self.stream.clone();
-        self.prefill_stage(seqs, None, Some(bucket))?.sync_on(&stream)?;
-        self.prefill_finish(seqs)
+        let (ran, op) = self.prefill_stage(seqs, None, Some(bucket))?;
+        op.sync_on(&stream)?;
+        self.prefill_finish(seqs, ran)
     }
 
     /// [`LlamaModel::prefill`] that resolves once the tokens are ready, without blocking the
@@ -195,8 +205,9 @@ impl LlamaModel {
     /// As for [`LlamaModel::prefill`].
     pub async fn prefill_async(&mut self, seqs: &[PrefillSeq<'_>]) -> Result<Vec<Option<u32>>> {
         let stream = self.stream.clone();
-        self.prefill_stage(seqs, None, None)?.on(&stream).await?;
-        self.prefill_finish(seqs)
+        let (ran, op) = self.prefill_stage(seqs, None, None)?;
+        op.on(&stream).await?;
+        self.prefill_finish(seqs, ran)
     }
 
     /// [`LlamaModel::prefill`] with per-piece sampling parameters (`sampling[i]` for `seqs[i]`;
@@ -227,8 +238,9 @@ impl LlamaModel {
         sampling: &[Sampling],
     ) -> Result<Vec<Option<u32>>> {
         let stream = self.stream.clone();
-        self.prefill_stage(seqs, Some(sampling), None)?.sync_on(&stream)?;
-        self.prefill_finish(seqs)
+        let (ran, op) = self.prefill_stage(seqs, Some(sampling), None)?;
+        op.sync_on(&stream)?;
+        self.prefill_finish(seqs, ran)
     }
 
     /// [`LlamaModel::prefill_sampled`] in a given prefill bucket (for replaying a sequence alone
@@ -243,8 +255,9 @@ impl LlamaModel {
         bucket: usize,
     ) -> Result<Vec<Option<u32>>> {
         let stream = self.stream.clone();
-        self.prefill_stage(seqs, Some(sampling), Some(bucket))?.sync_on(&stream)?;
-        self.prefill_finish(seqs)
+        let (ran, op) = self.prefill_stage(seqs, Some(sampling), Some(bucket))?;
+        op.sync_on(&stream)?;
+        self.prefill_finish(seqs, ran)
     }
 
     /// [`LlamaModel::prefill_sampled`] that resolves once the tokens are ready, without blocking
@@ -258,8 +271,9 @@ impl LlamaModel {
         sampling: &[Sampling],
     ) -> Result<Vec<Option<u32>>> {
         let stream = self.stream.clone();
-        self.prefill_stage(seqs, Some(sampling), None)?.on(&stream).await?;
-        self.prefill_finish(seqs)
+        let (ran, op) = self.prefill_stage(seqs, Some(sampling), None)?;
+        op.on(&stream).await?;
+        self.prefill_finish(seqs, ran)
     }
 
     /// The prefill bucket a call of `tokens` tokens (all pieces together) runs in: the smallest
@@ -275,9 +289,10 @@ impl LlamaModel {
     /// the last prefill.
     ///
     /// # Errors
-    /// No prefill has run yet, or its bucket was evicted since; copy errors.
+    /// No prefill has completed yet (or the last one failed, or its future was dropped before
+    /// it finished), or its bucket was evicted since; copy errors.
     pub fn last_prefill_logits(&self) -> Result<Vec<f32>> {
-        let (chunk, wanted) = self.prefill.last.ok_or_else(|| refuse("no prefill has run".into()))?;
+        let (chunk, wanted) = self.prefill.last.ok_or_else(|| refuse("no prefill has completed".into()))?;
         let b = self.prefill.buckets.get(&chunk).ok_or_else(|| refuse("bucket evicted".into()))?;
         let mut all = vec![0f32; b.buf.logits.len()];
         b.buf.logits.copy_to_host(&self.stream, &mut all)?;

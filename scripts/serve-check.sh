@@ -10,7 +10,8 @@
 # Environment (defaults): BIN (.gpu-bundle/bin), OUT (/tmp/serve-check), PORT (8000), MODEL_DIR
 # ($OUT/model-1b; reused when it already holds weights and a tokenizer), MAX_SEQ (1024), CLIENTS
 # (64), REQUESTS_PER_CLIENT (2), PROMPT_TOKENS (128), MAX_TOKENS (256), SAMPLED (0.5), CANCEL (0.1),
-# SEED (1), HEALTH_S (900: model load and kernel compilation), LOAD_S (1200).
+# SEED (1), PREFILL_CHUNK (256, both servers), HEALTH_S (900: model load, kernel compilation and
+# the capture of every bucket), LOAD_S (1200).
 # Every step is bounded by `timeout`; every step runs even when an earlier one failed (those that
 # need the server are skipped once it is gone); the script prints a summary and exits 1 if any
 # check failed.
@@ -20,6 +21,7 @@ BIN=${BIN:-.gpu-bundle/bin}
 OUT=${OUT:-/tmp/serve-check}
 PORT=${PORT:-8000}
 MODEL_DIR=${MODEL_DIR:-$OUT/model-1b}
+PREFILL_CHUNK=${PREFILL_CHUNK:-256}
 MAX_SEQ=${MAX_SEQ:-1024}
 CLIENTS=${CLIENTS:-64}
 RPC=${REQUESTS_PER_CLIENT:-2}
@@ -78,7 +80,7 @@ else
   echo "model: hf_llama_reference.py or torch/transformers unavailable, seeded mode (no tokenizer)"
   MODEL_ARGS=(--shape 1b --seed 0)
 fi
-SERVE_CMD=("$BIN/llama-serve" "${MODEL_ARGS[@]}" --host 127.0.0.1 --port "$PORT" --slots 64 --max-seq "$MAX_SEQ" --debug-replay)
+SERVE_CMD=("$BIN/llama-serve" "${MODEL_ARGS[@]}" --host 127.0.0.1 --port "$PORT" --slots 64 --max-seq "$MAX_SEQ" --prefill-chunk "$PREFILL_CHUNK" --debug-replay)
 echo "serve: ${SERVE_CMD[*]}"
 
 # 2. The server, in the background, until /health answers.
@@ -168,7 +170,11 @@ fi
 SPID=
 
 # 8. The same load in process.
-BATCH_CMD=("$BIN/llama-batch-bench" "${MODEL_ARGS[@]}" --slots 64 --max-seq "$MAX_SEQ" --clients "$CLIENTS"
+# llama-batch-bench takes the same model (--model DIR, or the seeded shape with --model-seed: its
+# --seed seeds the load).
+BATCH_MODEL_ARGS=("${MODEL_ARGS[@]}")
+if [[ ${MODEL_ARGS[0]} == --shape ]]; then BATCH_MODEL_ARGS=(--shape "${MODEL_ARGS[1]}" --model-seed "${MODEL_ARGS[3]}"); fi
+BATCH_CMD=("$BIN/llama-batch-bench" "${BATCH_MODEL_ARGS[@]}" --slots 64 --max-seq "$MAX_SEQ" --prefill-chunk "$PREFILL_CHUNK" --clients "$CLIENTS"
   --requests-per-client "$RPC" --prompt-tokens "$PROMPT_TOKENS" --max-tokens "$MAX_TOKENS" --sampled-fraction "$SAMPLED"
   --cancel-fraction "$CANCEL" --seed "$SEED" --verify --json "$OUT/load-inprocess.json")
 echo "batch-bench: ${BATCH_CMD[*]}"

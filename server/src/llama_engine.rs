@@ -18,6 +18,46 @@ use tokio::sync::oneshot;
 
 type Reply<T> = oneshot::Sender<Result<T, EngineError>>;
 
+/// Where a served model's weights come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelSource {
+    /// A Hugging Face folder (`config.json`, `model.safetensors`).
+    HfDir(std::path::PathBuf),
+    /// Random weights drawn on the GPU from `seed`, in the shape `"small"`
+    /// (`LlamaConfig::small`) or `"1b"` (`LlamaConfig::llama_3_2_1b`).
+    Seeded {
+        /// `"small"` or `"1b"`.
+        shape: String,
+        /// The weights' seed.
+        seed: u64,
+    },
+}
+
+/// Builds the model on device 0 from `source` with `opts` and captures every decode and
+/// prefill bucket ([`LlamaModel::capture_all`]), so that no request pays for a capture. Meant to
+/// run on the engine's thread (as [`LlamaEngine::start`]'s `build`).
+///
+/// # Errors
+/// The device, loading, option or capture error, as text.
+pub fn build_model(source: &ModelSource, opts: models::llama::ModelOptions) -> Result<LlamaModel, String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let stream = cuda_core::Device::new(0).and_then(|d| d.new_stream()).map_err(|x| e(&x))?;
+    let mut m = match source {
+        ModelSource::HfDir(dir) => LlamaModel::from_hf_dir(&stream, dir, opts).map_err(|x| e(&x))?,
+        ModelSource::Seeded { shape, seed } => {
+            let cfg = match shape.as_str() {
+                "small" => models::llama::LlamaConfig::small(),
+                "1b" => models::llama::LlamaConfig::llama_3_2_1b(),
+                other => return Err(format!("unknown shape {other:?} (small or 1b)")),
+            };
+            let w = models::llama::DeviceWeights::random(&stream, &cfg, *seed, 0.02).map_err(|x| e(&x))?;
+            LlamaModel::new(&stream, cfg, w, opts).map_err(|x| e(&x))?
+        }
+    };
+    m.capture_all().map_err(|x| e(&x))?;
+    Ok(m)
+}
+
 enum Cmd {
     Decode(Vec<DecodeRow>, Reply<StepResult>),
     Prefill(Vec<PrefillPiece>, Reply<PrefillResult>),

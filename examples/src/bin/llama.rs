@@ -95,6 +95,15 @@ fn main() -> Result<()> {
             b.graph_bytes as f64 / 1e6
         );
     }
+    for b in m.prefill_buckets() {
+        println!(
+            "prefill chunk {:>3}: captured in {:6.2} ms, buffers {:8.2} MB, graph +{:.2} MB",
+            b.batch,
+            b.capture_ms,
+            b.buffer_bytes as f64 / 1e6,
+            b.graph_bytes as f64 / 1e6
+        );
+    }
 
     // Graph replays and eager launches of the same steps choose the same tokens (8 sequences of
     // different prompts, slots 0..8 by graph and 8..16 eagerly).

@@ -424,13 +424,17 @@ impl LlamaModel {
         .saturating_mul(batch)
     }
 
-    /// Captures every bucket now (up to the budget), so that no step pays for a capture.
+    /// Captures every decode bucket and then every prefill bucket now (up to the budget), so that
+    /// no step or prefill pays for a capture.
     ///
     /// # Errors
     /// As for [`LlamaModel::step`]'s captures.
     pub fn capture_all(&mut self) -> Result<()> {
         for b in self.opts.buckets.clone() {
             self.ensure(b)?;
+        }
+        for c in self.opts.prefill_buckets.clone() {
+            self.ensure_prefill(c)?;
         }
         Ok(())
     }

@@ -40,7 +40,7 @@ impl LlamaModel {
 
     /// Makes sure prefill bucket `chunk` is captured (after an eager warm-up with every row
     /// inactive), evicting least recently used buckets first if the budget needs it.
-    fn ensure_prefill(&mut self, chunk: usize) -> Result<()> {
+    pub(in crate::llama::model) fn ensure_prefill(&mut self, chunk: usize) -> Result<()> {
         self.tick += 1;
         if let Some(b) = self.prefill.buckets.get_mut(&chunk) {
             b.last_used = self.tick;

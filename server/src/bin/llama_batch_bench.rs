@@ -5,7 +5,7 @@
 use clap::Parser;
 use server::batcher::{spawn, BatcherConfig};
 use server::fake::FakeEngine;
-use server::llama_engine::LlamaEngine;
+use server::llama_engine::{build_model, LlamaEngine, ModelSource};
 use server::loadgen::{run, LoadConfig};
 use std::path::PathBuf;
 
@@ -32,14 +32,21 @@ struct Args {
     /// Write the report here.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Model shape (seeded random weights).
+    /// A Hugging Face folder to serve (as `llama-serve --model`); without it, seeded weights.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Model shape of the seeded weights (without --model).
     #[arg(long, default_value = "small", value_parser = ["small", "1b"])]
     shape: String,
+    /// Seed of the seeded weights (`llama-serve --seed`); `--seed` seeds the load.
+    #[arg(long, default_value_t = 7)]
+    model_seed: u64,
     #[arg(long, default_value_t = 64)]
     slots: usize,
     #[arg(long, default_value_t = 1024)]
     max_seq: usize,
-    #[arg(long, default_value_t = 512)]
+    /// Prompt tokens per scheduling round (`llama-serve --prefill-chunk`).
+    #[arg(long, default_value_t = 256)]
     prefill_chunk: u32,
     /// Use the CPU FakeEngine instead of the GPU (for a dry run).
     #[arg(long)]
@@ -79,26 +86,13 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         let _ = task.await;
         (o, h.limits().clone())
     } else {
-        let (shape, slots, max_seq, seed) = (args.shape.clone(), args.slots, args.max_seq, args.seed);
-        let engine = LlamaEngine::start(
-            move || {
-                let stream =
-                    cuda_core::Device::new(0).and_then(|d| d.new_stream()).map_err(|e| e.to_string())?;
-                let cfg = if shape == "1b" {
-                    models::llama::LlamaConfig::llama_3_2_1b()
-                } else {
-                    models::llama::LlamaConfig::small()
-                };
-                let w = models::llama::DeviceWeights::random(&stream, &cfg, seed, 0.02)
-                    .map_err(|e| e.to_string())?;
-                let opts = models::llama::ModelOptions { slots, max_seq, ..Default::default() };
-                let mut m =
-                    models::llama::LlamaModel::new(&stream, cfg, w, opts).map_err(|e| e.to_string())?;
-                m.capture_all().map_err(|e| e.to_string())?;
-                Ok(m)
-            },
-            args.prefill_chunk,
-        )?;
+        let source = match &args.model {
+            Some(dir) => ModelSource::HfDir(dir.clone()),
+            None => ModelSource::Seeded { shape: args.shape.clone(), seed: args.model_seed },
+        };
+        let opts =
+            models::llama::ModelOptions { slots: args.slots, max_seq: args.max_seq, ..Default::default() };
+        let engine = LlamaEngine::start(move || build_model(&source, opts), args.prefill_chunk)?;
         let (h, task) = spawn(engine, bcfg);
         let o = run(&h, &load).await?;
         h.shutdown(std::time::Duration::ZERO);
@@ -122,7 +116,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         "ttft_ms": outcome.ttft_ms,
         "tpot_ms": outcome.tpot_ms,
         "verify": outcome.verify,
-        "model": {"shape": if args.fake { "fake".to_string() } else { args.shape.clone() }, "slots": limits.slots, "max_seq": limits.max_seq},
+        "model": {"shape": if args.fake { "fake".to_string() } else { args.shape.clone() }, "dir": args.model.as_ref().map(|d| d.display().to_string()), "slots": limits.slots, "max_seq": limits.max_seq},
         "command": std::env::args().collect::<Vec<_>>().join(" "),
     });
     let text = serde_json::to_string_pretty(&report)?;

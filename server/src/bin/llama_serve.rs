@@ -5,7 +5,7 @@ use anyhow::Context;
 use clap::Parser;
 use server::batcher::{spawn, BatcherConfig};
 use server::http::{router, AppState, ServerConfig};
-use server::llama_engine::LlamaEngine;
+use server::llama_engine::{build_model, LlamaEngine, ModelSource};
 use server::tokenizer::TextTokenizer;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -66,29 +66,12 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         None => TextTokenizer::fixture()?,
     };
     let opts = models::llama::ModelOptions { slots: args.slots, max_seq: args.max_seq, ..Default::default() };
-    let (model_dir, shape, seed) = (args.model.clone(), args.shape.clone(), args.seed);
-    let engine = LlamaEngine::start(
-        move || {
-            let stream = cuda_core::Device::new(0).and_then(|d| d.new_stream()).map_err(|e| e.to_string())?;
-            match model_dir {
-                Some(dir) => {
-                    models::llama::LlamaModel::from_hf_dir(&stream, dir, opts).map_err(|e| e.to_string())
-                }
-                None => {
-                    let cfg = if shape == "1b" {
-                        models::llama::LlamaConfig::llama_3_2_1b()
-                    } else {
-                        models::llama::LlamaConfig::small()
-                    };
-                    let w = models::llama::DeviceWeights::random(&stream, &cfg, seed, 0.02)
-                        .map_err(|e| e.to_string())?;
-                    models::llama::LlamaModel::new(&stream, cfg, w, opts).map_err(|e| e.to_string())
-                }
-            }
-        },
-        args.prefill_chunk,
-    )
-    .context("starting the model")?;
+    let source = match &args.model {
+        Some(dir) => ModelSource::HfDir(dir.clone()),
+        None => ModelSource::Seeded { shape: args.shape.clone(), seed: args.seed },
+    };
+    let engine = LlamaEngine::start(move || build_model(&source, opts), args.prefill_chunk)
+        .context("starting the model")?;
     let limits = server::engine::Engine::limits(&engine);
     anyhow::ensure!(
         tok.vocab_size() <= limits.vocab as usize,

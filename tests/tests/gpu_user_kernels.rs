@@ -184,8 +184,18 @@ fn cubin_kernel() -> TestResult {
 }
 
 /// Bad code fails at the launch with the loader's or compiler's error, and launches nothing.
+/// Images the loader would read past the end of (a truncated cubin, garbage with no NUL for its
+/// PTX fallback, ELF magic passed as PTX) are refused before it sees them.
 fn load_errors() -> TestResult {
-    let s = Stream::new(&dev()?)?;
+    let d = dev()?;
+    let s = Stream::new(&d)?;
+    let major = d.attribute(DeviceAttribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = d.attribute(DeviceAttribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    let src = r#"extern "C" __global__ void twice(const float* x, float* y, unsigned long long n) {
+        unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+        if (i < n) y[i] = 2.0f * x[i];
+    }"#;
+    let image = cuda_core::nvrtc::compile_cubin("twice.cu", src, &format!("sm_{major}{minor}"), &[])?;
     let x = DeviceBuffer::from_host(&s, &[1.0f32; 8])?;
     let mut y = DeviceBuffer::filled(&s, 8, POISON_F32)?;
     // Not an ELF or fatbin image, NUL-terminated so that the loader's fallback (reading it as PTX
@@ -195,6 +205,10 @@ fn load_errors() -> TestResult {
     let cases = [
         ("empty cubin", Kernel::from_cubin(&[], "twice")),
         ("garbage cubin", Kernel::from_cubin(&garbage, "twice")),
+        ("garbage without a NUL", Kernel::from_cubin(&[0xab; 256], "twice")),
+        ("truncated cubin", Kernel::from_cubin(&image[..image.len() / 2], "twice")),
+        ("cubin cut before its last byte", Kernel::from_cubin(&image[..image.len() - 1], "twice")),
+        ("ELF magic as PTX", Kernel::from_ptx("\u{7f}ELF\u{2}\u{1}\u{1}", "twice")),
         ("missing name", Kernel::from_ptx(TWICE_PTX, "thrice")),
         ("bad CUDA C", Kernel::from_cuda("bad.cu", "this is not CUDA", "twice", &[])),
     ];

@@ -60,12 +60,27 @@ fn same_context(ctx: &CudaContext, device: &Device, during: &'static str) -> Res
 }
 
 /// `stream` waits (stream-ordered, not the host) for everything queued on the raw `other` so far.
+///
+/// Refused while `other` is being captured (through cudarc's safe `begin_capture`): waiting for an
+/// event recorded inside a capture would pull `stream` into that capture behind this crate's back,
+/// and its allocations, launches and frees would be recorded into cudarc's graph instead of run.
+/// The event's own state tells (`CUDA_ERROR_CAPTURED_EVENT`), with no race against a capture
+/// beginning on another thread.
 fn wait_raw(stream: &Stream, other: &CudaStream, during: &'static str) -> Result<()> {
     let state = stream.lock();
     crate::stream::state::refuse_if_capturing(&state, during)?;
     stream.device().bind()?;
     let ev = other.record_event(None).map_err(cudarc_err(during))?;
-    // SAFETY: live stream (its lock held) and a live event of the same (primary) context.
+    // SAFETY: a live event, just recorded.
+    match unsafe { result::event_query(ev.cu_event()) } {
+        Err(e) if e.driver_error_name() == Some("CUDA_ERROR_CAPTURED_EVENT") => {
+            return Err(Error::Capture("waiting for a cudarc stream that is being captured"));
+        }
+        Err(e) => return Err(e),
+        Ok(_) => {}
+    }
+    // SAFETY: live stream (its lock held) and a live event of the same (primary) context,
+    // recorded outside any capture (checked).
     unsafe { result::stream_wait_event(stream.raw(), ev.cu_event(), during) }
 }
 
@@ -195,8 +210,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a slice of another device than `stream`'s;
-    /// [`Error::InvalidArgument`] for a slice of a non-primary context; [`Error::Capture`] while
-    /// `stream` is being captured; driver errors.
+    /// [`Error::InvalidArgument`] for a slice of a non-primary context, or an error cudarc recorded
+    /// while ordering the slice's earlier uses; [`Error::Capture`] while `stream` or the slice's
+    /// stream is being captured; driver errors.
     pub unsafe fn from_cudarc(mut slice: CudaSlice<T>, stream: &Stream) -> Result<DeviceBuffer<T>>
     where
         T: cudarc::driver::DeviceRepr,
@@ -210,6 +226,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             let (ptr, _record) = slice.device_ptr_mut(&theirs);
             ptr
         };
+        // cudarc records the errors of those waits in the context instead of returning them: a
+        // failed wait would leave cudarc's work on the slice unordered before ours.
+        slice.context().check_err().map_err(cudarc_err(DURING))?;
         wait_raw(stream, &theirs, DURING)?;
         // SAFETY: the caller's promise (exclusive use while wrapped); the slice's pointer is a
         // live allocation of `len` elements of `T` (cudarc allocates aligned) in the primary
@@ -251,7 +270,9 @@ impl Stream {
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] / [`Error::InvalidArgument`] for a stream of another device or a
-    /// non-primary context; [`Error::Capture`] while this stream is being captured; driver errors.
+    /// non-primary context; [`Error::Capture`] while this stream, or `other` (a capture begun
+    /// through cudarc, which the wait would pull this stream into), is being captured; driver
+    /// errors.
     pub fn wait_for_cudarc(&self, other: &CudaStream) -> Result<()> {
         const DURING: &str = "waiting for a cudarc stream";
         same_context(other.context(), self.device(), DURING)?;
@@ -281,7 +302,8 @@ impl Stream {
     ///
     /// # Safety
     /// Keep `self` (or a clone) alive while the returned stream or anything retaining it may be
-    /// used. Work queued through cudarc is plain stream order: it is not tracked by this crate's
+    /// used. Do not begin a capture on it through cudarc (this crate would not know the stream is
+    /// capturing). Work queued through cudarc is plain stream order: it is not tracked by this crate's
     /// buffer ordering (order it with [`Stream::wait_for_cudarc`] and friends where buffers are
     /// shared), and must not be queued while this stream is being captured unless it is meant to
     /// be recorded.

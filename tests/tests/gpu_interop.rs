@@ -200,12 +200,38 @@ fn wrap_checks() -> TestResult {
     ensure(wait_for(&freed, Duration::from_secs(5)), "the refused buffer still released its owner")
 }
 
+/// A cudarc stream under a capture begun through cudarc's safe `begin_capture` cannot be waited
+/// for: the wait would pull our stream into cudarc's capture, so that our allocations, copies and
+/// launches would be recorded into cudarc's graph instead of run. Refused, and our stream keeps
+/// running work while cudarc's capture is open. Mutation caught: the wait queued anyway (our
+/// stream then captures: the upload's synchronisation below fails).
+fn cudarc_capture_not_joined() -> TestResult {
+    let ctx = ctx()?;
+    let cs = ctx.new_stream().map_err(|e| e.to_string())?;
+    let s = Stream::new(&Device::new(0)?)?;
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    cs.begin_capture(mode).map_err(|e| e.to_string())?;
+    let refused = s.wait_for_cudarc(&cs);
+    let xh = random_f32(&mut rng(), 4099);
+    let used = DeviceBuffer::from_host(&s, &xh).and_then(|x| x.to_vec());
+    let graph = cs.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(|e| e.to_string())?;
+    drop(graph);
+    ensure(
+        matches!(refused, Err(cuda_core::Error::Capture(_))),
+        format!("waiting for a capturing cudarc stream is refused, got {refused:?}"),
+    )?;
+    ensure(used.ok() == Some(xh), "our stream ran its work outside cudarc's capture")?;
+    s.synchronize()?;
+    Ok(())
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("cudarc_round_trip", cudarc_round_trip)
         .gpu("raw_round_trip", raw_round_trip)
         .gpu("owner_released_after_last_use", owner_released_after_last_use)
         .gpu("wrap_checks", wrap_checks)
-        .gpu("owner_handed_back_after_uses", owner_handed_back_after_uses);
+        .gpu("owner_handed_back_after_uses", owner_handed_back_after_uses)
+        .gpu("cudarc_capture_not_joined", cudarc_capture_not_joined);
     s.run()
 }

@@ -9,7 +9,9 @@
 //! - [`DeviceBuffer::from_cudarc`] / [`DeviceBuffer::into_cudarc`]: a cudarc [`CudaSlice`] as a
 //!   buffer of this crate and back, ordered with cudarc's stream on both sides;
 //! - [`DeviceBuffer::from_raw_parts`] / [`DeviceBuffer::into_owner`]: any device pointer, with a
-//!   value that owns it (kept alive as long as any use or graph may touch the memory);
+//!   value that owns it (kept alive as long as any use or graph may touch the memory, and handed
+//!   back only once every use has completed; [`DeviceBuffer::into_owner_unsynced`] hands it back
+//!   at once with an event, `unsafe`);
 //! - [`Stream::wait_for_cudarc`], [`Stream::order_cudarc_after`]: event joins between a stream of
 //!   this crate and a cudarc stream; [`Stream::as_cudarc`]: this crate's stream as a (borrowed)
 //!   cudarc stream.
@@ -58,12 +60,27 @@ fn same_context(ctx: &CudaContext, device: &Device, during: &'static str) -> Res
 }
 
 /// `stream` waits (stream-ordered, not the host) for everything queued on the raw `other` so far.
+///
+/// Refused while `other` is being captured (through cudarc's safe `begin_capture`): waiting for an
+/// event recorded inside a capture would pull `stream` into that capture behind this crate's back,
+/// and its allocations, launches and frees would be recorded into cudarc's graph instead of run.
+/// The event's own state tells (`CUDA_ERROR_CAPTURED_EVENT`), with no race against a capture
+/// beginning on another thread.
 fn wait_raw(stream: &Stream, other: &CudaStream, during: &'static str) -> Result<()> {
     let state = stream.lock();
     crate::stream::state::refuse_if_capturing(&state, during)?;
     stream.device().bind()?;
     let ev = other.record_event(None).map_err(cudarc_err(during))?;
-    // SAFETY: live stream (its lock held) and a live event of the same (primary) context.
+    // SAFETY: a live event, just recorded.
+    match unsafe { result::event_query(ev.cu_event()) } {
+        Err(e) if e.driver_error_name() == Some("CUDA_ERROR_CAPTURED_EVENT") => {
+            return Err(Error::Capture("waiting for a cudarc stream that is being captured"));
+        }
+        Err(e) => return Err(e),
+        Ok(_) => {}
+    }
+    // SAFETY: live stream (its lock held) and a live event of the same (primary) context,
+    // recorded outside any capture (checked).
     unsafe { result::stream_wait_event(stream.raw(), ev.cu_event(), during) }
 }
 
@@ -80,7 +97,8 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// library that owns it, or `()` when the caller keeps it alive otherwise): it is dropped, on a
     /// library thread, once every use of the buffer queued before its last handle's drop (the
     /// buffer and every graph that recorded work on it) has completed — never earlier. The memory
-    /// is never freed by this crate. Get the owner back with [`DeviceBuffer::into_owner`].
+    /// is never freed by this crate. Get the owner back with [`DeviceBuffer::into_owner`] (which
+    /// returns it only once every use has completed).
     ///
     /// Uses of the buffer are ordered like those of any buffer of this crate; work queued on
     /// `stream` before the wrap comes before them. Work of other libraries on other streams is not
@@ -124,30 +142,60 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         Ok(DeviceBuffer::from_allocation(Arc::new(alloc), len))
     }
 
-    /// Takes the owner back out of a buffer made by [`DeviceBuffer::from_raw_parts`], with an
-    /// event behind every use of the buffer queued so far (on any stream): make the owner's
-    /// library wait for it (`cuStreamWaitEvent(their_stream, ev.raw(), 0)`) before touching the
-    /// memory again.
+    /// Takes the owner back out of a buffer made by [`DeviceBuffer::from_raw_parts`], once every
+    /// use of the buffer queued so far (on any stream) has **completed**: this blocks the calling
+    /// thread until then, so the owner may be dropped (freeing the memory) or used at once. For a
+    /// hand-back that does not block, ordered by an event instead, see
+    /// [`DeviceBuffer::into_owner_unsynced`] (or [`DeviceBuffer::into_cudarc`] for cudarc slices).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] (and the buffer is dropped, releasing the owner after its uses)
     /// if the buffer was not wrapped with an owner of type `O`, or a graph that recorded work on it
-    /// is still alive; [`Error::Capture`] while its home stream is being captured; driver errors.
-    pub fn into_owner<O: Send + 'static>(self) -> Result<(O, PooledEvent)> {
+    /// is still alive; [`Error::Capture`] while its home stream is being captured; driver errors
+    /// (the owner is then released after its uses, or leaked if that cannot be ordered).
+    pub fn into_owner<O: Send + 'static>(self) -> Result<O> {
         let alloc = self.into_allocation();
-        if Arc::strong_count(&alloc) != 1 {
+        let ev = Self::hand_back_event(&alloc)?;
+        ev.synchronize()?;
+        Self::take_owner(alloc)
+    }
+
+    /// [`DeviceBuffer::into_owner`] without the wait: the owner comes back at once, with an event
+    /// behind every use of the buffer queued so far (on any stream).
+    ///
+    /// # Safety
+    /// Until the event has completed, the memory must stay allocated and untouched except by
+    /// stream-ordered work queued behind the event (e.g. after `cuStreamWaitEvent(their_stream,
+    /// ev.raw(), 0)`): in particular, dropping the owner before then must not free the memory (a
+    /// cudarc `CudaSlice` frees it on its own stream, which does not wait for the event).
+    ///
+    /// # Errors
+    /// As for [`DeviceBuffer::into_owner`].
+    pub unsafe fn into_owner_unsynced<O: Send + 'static>(self) -> Result<(O, PooledEvent)> {
+        let alloc = self.into_allocation();
+        let ev = Self::hand_back_event(&alloc)?;
+        Ok((Self::take_owner(alloc)?, ev))
+    }
+
+    /// The event behind every use of wrapped memory, refused while a graph keeps it.
+    fn hand_back_event(alloc: &Arc<Allocation>) -> Result<PooledEvent> {
+        if Arc::strong_count(alloc) != 1 {
             return Err(Error::InvalidArgument(
                 "handing wrapped memory back while a graph that recorded work on it is alive".into(),
             ));
         }
-        let ev = alloc.event_after_uses()?;
+        alloc.event_after_uses()
+    }
+
+    /// The owner out of the (only) handle of wrapped memory.
+    fn take_owner<O: Send + 'static>(alloc: Arc<Allocation>) -> Result<O> {
         let owner = alloc.take_owner::<O>().ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "the buffer was not wrapped with an owner of type {}",
                 std::any::type_name::<O>()
             ))
         })?;
-        Ok((*owner, ev))
+        Ok(*owner)
     }
 
     /// Wraps a cudarc [`CudaSlice`] as a buffer homed on `stream`. `stream` first waits for the
@@ -162,8 +210,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a slice of another device than `stream`'s;
-    /// [`Error::InvalidArgument`] for a slice of a non-primary context; [`Error::Capture`] while
-    /// `stream` is being captured; driver errors.
+    /// [`Error::InvalidArgument`] for a slice of a non-primary context, or an error cudarc recorded
+    /// while ordering the slice's earlier uses; [`Error::Capture`] while `stream` or the slice's
+    /// stream is being captured; driver errors.
     pub unsafe fn from_cudarc(mut slice: CudaSlice<T>, stream: &Stream) -> Result<DeviceBuffer<T>>
     where
         T: cudarc::driver::DeviceRepr,
@@ -177,6 +226,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             let (ptr, _record) = slice.device_ptr_mut(&theirs);
             ptr
         };
+        // cudarc records the errors of those waits in the context instead of returning them: a
+        // failed wait would leave cudarc's work on the slice unordered before ours.
+        slice.context().check_err().map_err(cudarc_err(DURING))?;
         wait_raw(stream, &theirs, DURING)?;
         // SAFETY: the caller's promise (exclusive use while wrapped); the slice's pointer is a
         // live allocation of `len` elements of `T` (cudarc allocates aligned) in the primary
@@ -195,9 +247,17 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         T: cudarc::driver::DeviceRepr,
     {
         const DURING: &str = "handing a buffer back to cudarc";
-        let (mut slice, ev) = self.into_owner::<CudaSlice<T>>()?;
+        // SAFETY: the slice's stream waits for the event before anything else it queues (the
+        // slice's own free included); if that wait cannot be queued, the host waits for the event
+        // before the slice may be dropped, or the slice is leaked.
+        let (mut slice, ev) = unsafe { self.into_owner_unsynced::<CudaSlice<T>>()? };
         let theirs = slice.stream().clone();
-        raw_waits(&theirs, &ev, DURING)?;
+        if let Err(e) = raw_waits(&theirs, &ev, DURING) {
+            if ev.synchronize().is_err() {
+                std::mem::forget(slice);
+            }
+            return Err(e);
+        }
         // Re-records the slice's write event behind the wait, for cudarc users on other streams.
         drop(slice.device_ptr_mut(&theirs));
         Ok(slice)
@@ -210,7 +270,9 @@ impl Stream {
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] / [`Error::InvalidArgument`] for a stream of another device or a
-    /// non-primary context; [`Error::Capture`] while this stream is being captured; driver errors.
+    /// non-primary context; [`Error::Capture`] while this stream, or `other` (a capture begun
+    /// through cudarc, which the wait would pull this stream into), is being captured; driver
+    /// errors.
     pub fn wait_for_cudarc(&self, other: &CudaStream) -> Result<()> {
         const DURING: &str = "waiting for a cudarc stream";
         same_context(other.context(), self.device(), DURING)?;
@@ -240,7 +302,8 @@ impl Stream {
     ///
     /// # Safety
     /// Keep `self` (or a clone) alive while the returned stream or anything retaining it may be
-    /// used. Work queued through cudarc is plain stream order: it is not tracked by this crate's
+    /// used. Do not begin a capture on it through cudarc (this crate would not know the stream is
+    /// capturing). Work queued through cudarc is plain stream order: it is not tracked by this crate's
     /// buffer ordering (order it with [`Stream::wait_for_cudarc`] and friends where buffers are
     /// shared), and must not be queued while this stream is being captured unless it is meant to
     /// be recorded.

@@ -58,6 +58,7 @@ pub mod interop;
 pub mod launch;
 pub mod memory;
 pub mod module;
+mod module_image;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub mod nvrtc;

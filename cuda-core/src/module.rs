@@ -86,9 +86,11 @@ impl CudaModule {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for PTX with a NUL byte; driver errors (e.g. PTX for a newer
+    /// [`Error::InvalidArgument`] for PTX with a NUL byte or beginning with a binary image's
+    /// magic (which the driver would read as that image); driver errors (e.g. PTX for a newer
     /// architecture).
     pub fn from_ptx(device: &Device, ptx: &str) -> Result<CudaModule> {
+        crate::module_image::check_ptx(ptx)?;
         let c =
             CString::new(ptx).map_err(|_| Error::InvalidArgument("PTX text contains a NUL byte".into()))?;
         Self::load(device, c.as_bytes_with_nul())
@@ -96,18 +98,17 @@ impl CudaModule {
 
     /// Loads a module from a CUBIN (or fatbin) image.
     ///
+    /// The driver reads an image by the sizes in its own headers, so the image is checked first:
+    /// an ELF cubin or a fatbin whose every header, table, section and entry lies within `image`
+    /// (see `module_image`); anything else, e.g. a truncated file, is refused rather than read past
+    /// its end.
+    ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty image; driver errors (e.g. an image for another
+    /// [`Error::InvalidArgument`] for an empty image, one that is neither an ELF cubin nor a
+    /// fatbin, or one whose headers reach past its end; driver errors (e.g. an image for another
     /// architecture).
     pub fn from_cubin(device: &Device, image: &[u8]) -> Result<CudaModule> {
-        if image.is_empty() {
-            return Err(Error::InvalidArgument("empty CUBIN image".into()));
-        }
-        // cuModuleLoadData reads the image's own headers for its size, so copy it to an
-        // 8-byte-aligned buffer to be safe regardless of the caller's alignment.
-        let mut aligned = vec![0u64; image.len().div_ceil(8)];
-        // SAFETY: `aligned` has at least image.len() bytes; the ranges do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr().cast(), image.len()) };
+        let aligned = crate::module_image::checked_binary(image)?;
         // SAFETY: reinterpreting u64s as bytes of the same total length.
         let bytes = unsafe { std::slice::from_raw_parts(aligned.as_ptr().cast(), aligned.len() * 8) };
         Self::load(device, bytes)

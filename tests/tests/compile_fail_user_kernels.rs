@@ -18,6 +18,7 @@ fn compile_fail_user_kernels() {
         "user_kernel_input_is_output",
         "kernel_op_write_through_input",
         "user_kernel_lazy_alloc_not_graph_node",
+        "interop_into_owner_unsynced_requires_unsafe",
     ] {
         t.compile_fail(format!("ui/{case}.rs"));
     }

@@ -96,15 +96,54 @@ fn raw_round_trip() -> TestResult {
     ops::fill(&mut buf, 1.5f32).sync_on(&s)?;
     // SAFETY: read on the host only after the returned event.
     unsafe { SpinWrite { buf: &mut buf, ns: 30_000_000, v: 2.5 }.async_on(&s)? };
-    let (owner, ev) = buf.into_owner::<RawAlloc>()?;
+    let owner = buf.into_owner::<RawAlloc>()?;
     ensure(!freed.load(Ordering::SeqCst), "handing back does not release the owner")?;
-    ev.synchronize()?;
     let mut host = vec![0.0f32; n];
+    // SAFETY: `owner.ptr` holds n f32 and every use of ours completed (`into_owner` waited).
+    unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, owner.ptr) }.map_err(|e| e.to_string())?;
+    ensure(host.iter().all(|&v| v == 2.5), "the hand-back waited for every use")?;
+    drop(owner);
+    ensure(freed.load(Ordering::SeqCst), "the owner was handed back")?;
+
+    // The unsynced hand-back: the owner at once, with an event behind every use.
+    let owner = raw_alloc(n * 4)?;
+    let ptr = owner.ptr;
+    // SAFETY: as above.
+    let mut buf = unsafe { DeviceBuffer::<f32>::from_raw_parts(ptr, n, &s, owner)? };
+    // SAFETY: read on the host only after the returned event.
+    unsafe { SpinWrite { buf: &mut buf, ns: 30_000_000, v: 4.5 }.async_on(&s)? };
+    // SAFETY: the memory is read (and freed, by the owner's drop) only after the event completed.
+    let (owner, ev) = unsafe { buf.into_owner_unsynced::<RawAlloc>()? };
+    ev.synchronize()?;
     // SAFETY: `owner.ptr` holds n f32 and every use of ours completed (the event).
     unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, owner.ptr) }.map_err(|e| e.to_string())?;
-    ensure(host.iter().all(|&v| v == 2.5), "the event covers every use")?;
-    drop(owner);
-    ensure(freed.load(Ordering::SeqCst), "the owner was handed back")
+    ensure(host.iter().all(|&v| v == 4.5), "the event covers every use")
+}
+
+/// Safe code may drop a handed-back owner at once: `into_owner` returns a cudarc slice only after
+/// a slow kernel of ours on it has completed, so cudarc's reads on its own (unordered) stream see
+/// the kernel's values and its free (and a fresh allocation reusing the memory) cannot race the
+/// kernel. Mutation caught: `into_owner` returning before the uses complete (cudarc reads zeros,
+/// and the kernel's late write corrupts the fresh allocation).
+fn owner_handed_back_after_uses() -> TestResult {
+    let ctx = ctx()?;
+    let cs = ctx.new_stream().map_err(|e| e.to_string())?;
+    let s = Stream::new(&Device::new(0)?)?;
+    let n = 1 << 16;
+    let slice = cs.alloc_zeros::<f32>(n).map_err(|e| e.to_string())?;
+    // SAFETY: nothing else touches `slice` while it is wrapped; device 0's primary context.
+    let mut buf = unsafe { DeviceBuffer::from_cudarc(slice, &s)? };
+    // SAFETY: `buf` is read on the host only through cudarc, after the hand-back.
+    unsafe { SpinWrite { buf: &mut buf, ns: 100_000_000, v: 9.0 }.async_on(&s)? };
+    let slice = buf.into_owner::<cudarc::driver::CudaSlice<f32>>()?;
+    // cudarc's stream never waited for ours: only the hand-back's own wait orders this read.
+    let seen = cs.clone_dtoh(&slice).map_err(|e| e.to_string())?;
+    ensure(seen.iter().all(|&v| v == 9.0), "the owner came back after the kernel completed")?;
+    drop(slice); // freed on cudarc's stream
+    let fresh = cs.clone_htod(&vec![1.0f32; n]).map_err(|e| e.to_string())?;
+    s.synchronize()?;
+    let back = cs.clone_dtoh(&fresh).map_err(|e| e.to_string())?;
+    ensure(back.iter().all(|&v| v == 1.0), "no late write of ours reached reused memory")
 }
 
 /// Dropped while a slow kernel still writes it, the owner is released only after the kernel;
@@ -161,11 +200,38 @@ fn wrap_checks() -> TestResult {
     ensure(wait_for(&freed, Duration::from_secs(5)), "the refused buffer still released its owner")
 }
 
+/// A cudarc stream under a capture begun through cudarc's safe `begin_capture` cannot be waited
+/// for: the wait would pull our stream into cudarc's capture, so that our allocations, copies and
+/// launches would be recorded into cudarc's graph instead of run. Refused, and our stream keeps
+/// running work while cudarc's capture is open. Mutation caught: the wait queued anyway (our
+/// stream then captures: the upload's synchronisation below fails).
+fn cudarc_capture_not_joined() -> TestResult {
+    let ctx = ctx()?;
+    let cs = ctx.new_stream().map_err(|e| e.to_string())?;
+    let s = Stream::new(&Device::new(0)?)?;
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    cs.begin_capture(mode).map_err(|e| e.to_string())?;
+    let refused = s.wait_for_cudarc(&cs);
+    let xh = random_f32(&mut rng(), 4099);
+    let used = DeviceBuffer::from_host(&s, &xh).and_then(|x| x.to_vec());
+    let graph = cs.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(|e| e.to_string())?;
+    drop(graph);
+    ensure(
+        matches!(refused, Err(cuda_core::Error::Capture(_))),
+        format!("waiting for a capturing cudarc stream is refused, got {refused:?}"),
+    )?;
+    ensure(used.ok() == Some(xh), "our stream ran its work outside cudarc's capture")?;
+    s.synchronize()?;
+    Ok(())
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("cudarc_round_trip", cudarc_round_trip)
         .gpu("raw_round_trip", raw_round_trip)
         .gpu("owner_released_after_last_use", owner_released_after_last_use)
-        .gpu("wrap_checks", wrap_checks);
+        .gpu("wrap_checks", wrap_checks)
+        .gpu("owner_handed_back_after_uses", owner_handed_back_after_uses)
+        .gpu("cudarc_capture_not_joined", cudarc_capture_not_joined);
     s.run()
 }

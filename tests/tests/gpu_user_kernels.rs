@@ -7,7 +7,7 @@
 
 use cuda_async::kernel::{Kernel, KernelOp, Launcher, Lens};
 use cuda_async::memory::{from_host, to_host, zeros};
-use cuda_async::{CudaGraph, DeviceError, DeviceOpExt, GraphNode};
+use cuda_async::{value, BufferMut, BufferRef, CudaGraph, DeviceError, DeviceOpExt, GraphNode};
 use cuda_async_tests::ops::SpinWrite;
 use cuda_async_tests::{assert_close, ensure, random_f32, rng, Suite, TestResult, POISON_F32};
 use cuda_core::{Device, DeviceAttribute, DeviceBuffer, LaunchConfig, Stream};
@@ -184,8 +184,18 @@ fn cubin_kernel() -> TestResult {
 }
 
 /// Bad code fails at the launch with the loader's or compiler's error, and launches nothing.
+/// Images the loader would read past the end of (a truncated cubin, garbage with no NUL for its
+/// PTX fallback, ELF magic passed as PTX) are refused before it sees them.
 fn load_errors() -> TestResult {
-    let s = Stream::new(&dev()?)?;
+    let d = dev()?;
+    let s = Stream::new(&d)?;
+    let major = d.attribute(DeviceAttribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = d.attribute(DeviceAttribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    let src = r#"extern "C" __global__ void twice(const float* x, float* y, unsigned long long n) {
+        unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+        if (i < n) y[i] = 2.0f * x[i];
+    }"#;
+    let image = cuda_core::nvrtc::compile_cubin("twice.cu", src, &format!("sm_{major}{minor}"), &[])?;
     let x = DeviceBuffer::from_host(&s, &[1.0f32; 8])?;
     let mut y = DeviceBuffer::filled(&s, 8, POISON_F32)?;
     // Not an ELF or fatbin image, NUL-terminated so that the loader's fallback (reading it as PTX
@@ -195,6 +205,10 @@ fn load_errors() -> TestResult {
     let cases = [
         ("empty cubin", Kernel::from_cubin(&[], "twice")),
         ("garbage cubin", Kernel::from_cubin(&garbage, "twice")),
+        ("garbage without a NUL", Kernel::from_cubin(&[0xab; 256], "twice")),
+        ("truncated cubin", Kernel::from_cubin(&image[..image.len() / 2], "twice")),
+        ("cubin cut before its last byte", Kernel::from_cubin(&image[..image.len() - 1], "twice")),
+        ("ELF magic as PTX", Kernel::from_ptx("\u{7f}ELF\u{2}\u{1}\u{1}", "twice")),
         ("missing name", Kernel::from_ptx(TWICE_PTX, "thrice")),
         ("bad CUDA C", Kernel::from_cuda("bad.cu", "this is not CUDA", "twice", &[])),
     ];
@@ -345,6 +359,58 @@ fn kernel_op_closure() -> TestResult {
     assert_close(&y.to_vec()?, &f64s(&xh).iter().map(|v| 2.0 * v).collect::<Vec<_>>(), 0.0)
 }
 
+/// An output handle of the user's whose `buffer()` shows another (shared) buffer than the one
+/// its `buffer_mut()` lends: safe code, so the launch must write only what `buffer_mut` lends.
+struct TwoFaced<'a> {
+    shown: &'a DeviceBuffer<f32>,
+    lent: DeviceBuffer<f32>,
+}
+
+impl BufferRef<f32> for TwoFaced<'_> {
+    fn buffer(&self) -> &DeviceBuffer<f32> {
+        self.shown
+    }
+}
+
+impl BufferMut<f32> for TwoFaced<'_> {
+    fn buffer_mut(&mut self) -> &mut DeviceBuffer<f32> {
+        &mut self.lent
+    }
+}
+
+/// A two-faced output handle showing the input `x` cannot make the kernel write `x` (an output
+/// aliasing an input, written through `&`): the kernel writes the buffer `buffer_mut` lends, `x`
+/// keeps its values. Mutation caught: outputs passed by `BufferRef::buffer` (x doubled in place,
+/// the lent buffer left NaN).
+fn two_faced_output_writes_only_lent() -> TestResult {
+    let s = Stream::new(&dev()?)?;
+    let (k, n) = (twice(), 4097);
+    let xh = random_f32(&mut rng(), n);
+    let x = DeviceBuffer::from_host(&s, &xh)?;
+    let lent = DeviceBuffer::filled(&s, n, POISON_F32)?;
+    let (out,) = k.op((&x,), (value(TwoFaced { shown: &x, lent }),), (n as u64,)).sync_on(&s)?;
+    ensure(x.to_vec()? == xh, "the input was not written")?;
+    assert_close(&out.lent.to_vec()?, &f64s(&xh).iter().map(|v| 2.0 * v).collect::<Vec<_>>(), 0.0)?;
+    // The general form checks devices on, and hands the closure, the same lent buffers.
+    let lent = DeviceBuffer::filled(&s, n, POISON_F32)?;
+    let f = k.kernel().function(s.device())?;
+    // SAFETY: the closure checks equal lengths, then launches only `twice`, which reads x[..n] and
+    // writes y[..n]; it allocates nothing and does not synchronise; (const float*, float*, u64)
+    // matches the kernel's signature.
+    let op = unsafe {
+        KernelOp::new("twice", (&x,), (value(TwoFaced { shown: &x, lent }),), move |ctx, (x,), (y,)| {
+            if x.len() != y.len() {
+                return Err(DeviceError::shape("twice", "lengths differ"));
+            }
+            f.launch(ctx.stream(), LaunchConfig::for_elements(x.len(), 128), (x, y, x.len() as u64))?;
+            Ok(())
+        })
+    };
+    let (out,) = op.sync_on(&s)?;
+    ensure(x.to_vec()? == xh, "KernelOp: the input was not written")?;
+    assert_close(&out.lent.to_vec()?, &f64s(&xh).iter().map(|v| 2.0 * v).collect::<Vec<_>>(), 0.0)
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("cuda_c_fused", cuda_c_fused)
@@ -357,6 +423,7 @@ fn main() {
         .gpu("graph_replay", graph_replay)
         .gpu("awaited_from_tokio", awaited_from_tokio)
         .gpu("ordered_after_other_stream", ordered_after_other_stream)
-        .gpu("kernel_op_closure", kernel_op_closure);
+        .gpu("kernel_op_closure", kernel_op_closure)
+        .gpu("two_faced_output_writes_only_lent", two_faced_output_writes_only_lent);
     s.run()
 }

@@ -159,8 +159,11 @@ pub trait InputBufs<E: Elems>: Send + sealed::Bufs<E> {
 pub trait OutputBufs<E: Elems>: Send + sealed::Bufs<E> {
     /// The buffers, mutably.
     fn muts(&mut self) -> E::Muts<'_>;
+    /// Pushes the buffers as [`BufferMut::buffer_mut`] gives them — the exclusive borrows, never
+    /// [`BufferRef::buffer`]: a handle type of the user's may return another (shared) buffer from
+    /// `buffer`, and writing through that would alias an input or a `&`/`Arc` buffer.
     #[doc(hidden)]
-    fn push_params<'a>(&'a self, list: &mut ParamList<'a>);
+    fn push_params<'a>(&'a mut self, list: &mut ParamList<'a>);
 }
 
 /// A tuple of scalar kernel parameters (each a [`DeviceRepr`], passed by value), `()` for none.
@@ -194,7 +197,7 @@ impl InputBufs<()> for () {
 }
 impl OutputBufs<()> for () {
     fn muts(&mut self) {}
-    fn push_params<'a>(&'a self, _: &mut ParamList<'a>) {}
+    fn push_params<'a>(&'a mut self, _: &mut ParamList<'a>) {}
 }
 impl Scalars for () {
     fn push_params<'a>(&'a self, _: &mut ParamList<'a>) {}
@@ -233,8 +236,8 @@ macro_rules! tuples {
             fn muts(&mut self) -> ($(&mut DeviceBuffer<$T>,)+) {
                 ($(self.$i.buffer_mut(),)+)
             }
-            fn push_params<'a>(&'a self, list: &mut ParamList<'a>) {
-                $(list.push_buf(self.$i.buffer(), Access::Write);)+
+            fn push_params<'a>(&'a mut self, list: &mut ParamList<'a>) {
+                $(list.push_buf(&*self.$i.buffer_mut(), Access::Write);)+
             }
         }
         impl<$($T: DeviceRepr),+> sealed::Scalars for ($($T,)+) {}

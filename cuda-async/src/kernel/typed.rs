@@ -157,7 +157,7 @@ where
     fn execute(self, ctx: &ExecutionContext<'_>) -> Result<O::Output> {
         let LaunchOp { launcher, inputs, outputs, scalars } = self;
         let ins = inputs.execute(ctx)?;
-        let outs = outputs.execute(ctx)?;
+        let mut outs = outputs.execute(ctx)?;
         {
             const OP: &str = "a user kernel";
             let mut list = ParamList::default();
@@ -175,9 +175,9 @@ where
             // SAFETY: `Kernel::vouch`'s caller promised that, for lengths and scalars its check
             // accepts (just checked, giving `cfg`), the kernel's signature is (inputs, outputs,
             // scalars) as pushed here in order, and that it reads only these buffers and writes
-            // only the outputs, within their lengths. Outputs are distinct `&mut`/owned handles
-            // and are passed with write access, inputs with read access, for ordering and
-            // keep-alive.
+            // only the outputs, within their lengths. Outputs are passed as their handles'
+            // `buffer_mut` borrows (exclusive, so distinct from each other and from every input),
+            // with write access, inputs with read access, for ordering and keep-alive.
             unsafe { f.launch(ctx.stream(), cfg, list)? };
         }
         Ok(outs)

@@ -114,6 +114,22 @@ impl CudaModule {
         Self::load(device, bytes)
     }
 
+    /// The check [`CudaModule::from_cubin`] applies before handing an image to the driver, alone
+    /// (no device needed): `Ok` for an ELF cubin or a fatbin whose every header, table, section
+    /// and entry lies within `image`.
+    ///
+    /// ```
+    /// use cuda_core::CudaModule;
+    /// assert!(CudaModule::check_image(b"not an image").is_err());
+    /// assert!(CudaModule::check_image(&[]).is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming what is wrong with the image.
+    pub fn check_image(image: &[u8]) -> Result<()> {
+        crate::module_image::checked_binary(image).map(drop)
+    }
+
     fn load(device: &Device, image: &[u8]) -> Result<CudaModule> {
         device.bind()?;
         // SAFETY: `image` is a NUL-terminated PTX string or an aligned binary image that lives

@@ -3,7 +3,8 @@
 //! needs no driver and no GPU, so CI (which installs NVRTC from the `nvidia-cuda-nvrtc` wheel, see
 //! `.ci/run`) catches a kernel that does not compile — including a kernel whose registers or
 //! shared memory exceed the architecture's limits, which NVRTC's assembler refuses — before a GPU
-//! host ever loads it. Each compiled image must also hold the entry points its loader asks for.
+//! host ever loads it. Each compiled image must also hold the entry points its loader asks for
+//! and pass the loader's image check (`CudaModule::check_image`).
 //!
 //! Without `libnvrtc` the tests are ignored, unless `CUDA_ASYNC_REQUIRE_NVRTC` is set (to anything
 //! but empty or `0`): then they fail, so CI cannot silently skip them.
@@ -56,6 +57,10 @@ fn compile(p: &kernels::programs::Program) -> Result<(), Failed> {
             format!("{}: NVRTC returned {} bytes that are not an ELF image", p.name, cubin.len()).into()
         );
     }
+    // The loader's own check (`CudaModule::from_cubin` refuses what it refuses): every image
+    // NVRTC makes must pass it, or no kernel would load on the GPU.
+    cuda_core::CudaModule::check_image(&cubin)
+        .map_err(|e| format!("{}: the loader's image check: {e}", p.name))?;
     // An entry point's name is in the image's symbol table as a NUL-terminated string.
     for e in entries(p.name) {
         let needle = [e.as_bytes(), b"\0"].concat();

@@ -98,6 +98,7 @@ enum Msg {
     Submit(GenRequest, mpsc::UnboundedSender<Event>, Instant),
     Replay(String, ReplayReply),
     Shutdown(Duration),
+    Served(String, usize),
 }
 
 /// A cloneable handle to the batcher task.
@@ -185,6 +186,14 @@ impl BatcherHandle {
         rx.await.map_err(|_| EngineError::Stopped)?
     }
 
+    /// Records that the client of request `id` was sent only its first `n` tokens (a stop
+    /// string ended its stream while the batcher went on): the path kept for replay is cut to
+    /// them, so that a replay answers with what the client saw. Call it before dropping the
+    /// request's receiver.
+    pub fn truncate_served(&self, id: &str, n: usize) {
+        let _ = self.tx.send(Msg::Served(id.to_string(), n));
+    }
+
     /// Stops admitting; running and queued requests go on for up to `grace`, then are aborted
     /// and the batcher task ends.
     pub fn shutdown(&self, grace: Duration) {
@@ -249,6 +258,10 @@ struct Seq {
     generated: Vec<u32>,
     path: crate::engine::ReplayPath,
     done: Option<Finish>,
+    /// Tokens the client was sent, when a stop string ended its stream early.
+    served: Option<usize>,
+    /// The decode round this sequence last ran in (rotation picks the longest waiting).
+    last_decoded: usize,
 }
 
 struct State {
@@ -280,6 +293,10 @@ impl State {
                 let d = Instant::now() + grace;
                 self.deadline = Some(self.deadline.map_or(d, |old| old.min(d)));
             }
+            Msg::Served(id, n) => match self.running.iter_mut().find(|s| s.req.id == id) {
+                Some(s) => s.served = Some(n),
+                None => self.paths.cut(&id, n),
+            },
         }
     }
 
@@ -320,6 +337,8 @@ impl State {
                 generated: Vec::new(),
                 path,
                 done: None,
+                served: None,
+                last_decoded: 0,
             });
         }
     }
@@ -418,10 +437,11 @@ impl<E: Engine> Batcher<E> {
             let _ = s.tx.send(Event::Done(finish));
             self.engine.release(s.slot);
             self.st.free.insert(s.slot);
-            self.st.paths.insert(
-                s.req.id.clone(),
-                FinishedPath { prompt: s.req.prompt, path: s.path, tokens: s.generated },
-            );
+            let mut fp = FinishedPath { prompt: s.req.prompt, path: s.path, tokens: s.generated };
+            if let Some(n) = s.served {
+                fp.cut(n);
+            }
+            self.st.paths.insert(s.req.id, fp);
         }
     }
 
@@ -462,15 +482,20 @@ impl<E: Engine> Batcher<E> {
                 s.done.is_none() && s.prefilled == s.req.prompt.len()
             })
             .collect();
+        self.round = self.round.wrapping_add(1);
         if idx.len() > max {
-            // More sequences than one step holds (slots beyond the largest bucket): rotate.
-            self.round = self.round.wrapping_add(1);
-            let k = self.round % idx.len();
-            idx.rotate_left(k);
+            // More sequences than one step holds (slots beyond the largest bucket): the ones
+            // that waited longest go, so none waits more than ceil(n / max) steps.
+            let running = &self.st.running;
+            idx.sort_by_key(|&i| (running[i].last_decoded, i));
             idx.truncate(max);
+            idx.sort_unstable();
         }
         if idx.is_empty() {
             return;
+        }
+        for &i in &idx {
+            self.st.running[i].last_decoded = self.round;
         }
         let rows: Vec<DecodeRow> = idx
             .iter()
@@ -539,9 +564,12 @@ impl<E: Engine> Batcher<E> {
         metrics::counter!(crate::metrics::STEPS, "kind" => "prefill").increment(1);
         match drive(self.engine.prefill(&pieces), &mut self.st, &mut self.rx).await {
             Ok(r) if r.next.len() == pieces.len() => {
+                let round = self.round;
                 let State { running, cfg, limits, .. } = &mut self.st;
                 for ((&i, p), next) in idx.iter().zip(pieces).zip(r.next) {
                     let s = &mut running[i];
+                    // Its first token comes now: it joins the decode rotation at the back.
+                    s.last_decoded = round;
                     s.prefilled += p.tokens.len();
                     s.position = s.prefilled as u32;
                     let want = p.want_next;

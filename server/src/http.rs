@@ -271,6 +271,9 @@ async fn respond(
     if !reply.params.stream {
         return match generation.collect().await {
             Ok(all) => {
+                if generation.stopped_by_string() {
+                    st.batcher.truncate_served(&reply.id, generation.completion_tokens);
+                }
                 let mut v = reply.envelope(false, json!([reply.choice(&all, false, true)]));
                 v["usage"] = reply.usage(generation.completion_tokens);
                 Json(v).into_response()
@@ -289,6 +292,9 @@ async fn respond(
             }
             0 | 1 => match g.next().await {
                 Some(Ok(c)) => {
+                    if c.finish.is_some() && g.stopped_by_string() {
+                        st.batcher.truncate_served(&reply.id, g.completion_tokens);
+                    }
                     (sse(&reply.envelope(true, json!([reply.choice(&c, true, false)]))), 1)
                 }
                 Some(Err(why)) => {

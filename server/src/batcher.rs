@@ -106,6 +106,7 @@ enum Msg {
 pub struct BatcherHandle {
     tx: mpsc::UnboundedSender<Msg>,
     waiting: Arc<AtomicUsize>,
+    held: Arc<AtomicUsize>,
     draining: Arc<AtomicBool>,
     max_queue: usize,
     limits: EngineLimits,
@@ -163,10 +164,14 @@ impl BatcherHandle {
         if self.is_draining() {
             return Err(SubmitError::ShuttingDown);
         }
-        let max = self.max_queue;
+        // `waiting` counts every request not yet admitted, including those about to take a
+        // free slot: the bound is the queue beyond the free slots, so a burst on an idle
+        // server is not refused while slots are free.
+        let free = (l.slots as usize).saturating_sub(self.held.load(Ordering::Acquire));
+        let max = self.max_queue.saturating_add(free);
         self.waiting
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| (w < max).then_some(w + 1))
-            .map_err(SubmitError::QueueFull)?;
+            .map_err(|w| SubmitError::QueueFull(w.saturating_sub(free)))?;
         let (tx, rx) = mpsc::unbounded_channel();
         if self.tx.send(Msg::Submit(req, tx, Instant::now())).is_err() {
             self.waiting.fetch_sub(1, Ordering::AcqRel);
@@ -222,10 +227,12 @@ pub fn spawn<E: Engine>(engine: E, cfg: BatcherConfig) -> (BatcherHandle, tokio:
     let limits = engine.limits();
     let (tx, rx) = mpsc::unbounded_channel();
     let waiting = Arc::new(AtomicUsize::new(0));
+    let held = Arc::new(AtomicUsize::new(0));
     let draining = Arc::new(AtomicBool::new(false));
     let handle = BatcherHandle {
         tx,
         waiting: waiting.clone(),
+        held: held.clone(),
         draining,
         max_queue: cfg.max_queue,
         limits: limits.clone(),
@@ -239,6 +246,7 @@ pub fn spawn<E: Engine>(engine: E, cfg: BatcherConfig) -> (BatcherHandle, tokio:
         deadline: None,
         inbox_closed: false,
         waiting,
+        held,
         limits,
         cfg,
     };
@@ -275,6 +283,8 @@ struct State {
     deadline: Option<Instant>,
     inbox_closed: bool,
     waiting: Arc<AtomicUsize>,
+    /// Slots held by admitted requests (for the queue bound).
+    held: Arc<AtomicUsize>,
 }
 
 struct Batcher<E> {
@@ -323,6 +333,7 @@ impl State {
         while !self.queue.is_empty() {
             let Some(slot) = self.free.pop_first() else { break };
             let Some((req, tx, submitted)) = self.queue.pop_front() else { break };
+            self.held.fetch_add(1, Ordering::AcqRel);
             self.waiting.fetch_sub(1, Ordering::AcqRel);
             let path = crate::engine::ReplayPath { sampling: Some(req.sampling), ..Default::default() };
             self.running.push(Seq {
@@ -437,6 +448,7 @@ impl<E: Engine> Batcher<E> {
             let _ = s.tx.send(Event::Done(finish));
             self.engine.release(s.slot);
             self.st.free.insert(s.slot);
+            self.st.held.fetch_sub(1, Ordering::AcqRel);
             let mut fp = FinishedPath { prompt: s.req.prompt, path: s.path, tokens: s.generated };
             if let Some(n) = s.served {
                 fp.cut(n);

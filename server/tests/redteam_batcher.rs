@@ -185,3 +185,28 @@ async fn eos_as_the_first_token_and_the_context_end() {
     h.shutdown(Duration::ZERO);
     task.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_burst_on_an_idle_server_fills_the_free_slots_before_the_queue_bound() {
+    let (h, task) = spawn(
+        FakeEngine::new(8, 64, VOCAB, 16).with_delay(Duration::from_millis(1)),
+        BatcherConfig { max_queue: 2, prefill_chunk: 16, eos: vec![], paths_kept: 0 },
+    );
+    // Ten at once (no await between): eight take the free slots, two wait, the eleventh is refused.
+    let rxs: Vec<_> = (0..10u32).map(|i| h.submit(req(&format!("b{i}"), prompt(i, 3), 4)).unwrap()).collect();
+    assert_eq!(
+        h.submit(req("over", prompt(99, 3), 4)).unwrap_err(),
+        server::batcher::SubmitError::QueueFull(2)
+    );
+    for rx in rxs {
+        assert_eq!(drain(rx).await.0.len(), 4);
+    }
+    // With max_queue 0 a request is still served while a slot is free.
+    let (h0, t0) =
+        spawn(FakeEngine::new(2, 64, VOCAB, 16), BatcherConfig { max_queue: 0, ..Default::default() });
+    assert_eq!(drain(h0.submit(req("z", prompt(1, 3), 2)).unwrap()).await.0.len(), 2);
+    h0.shutdown(Duration::ZERO);
+    t0.await.unwrap();
+    h.shutdown(Duration::ZERO);
+    task.await.unwrap();
+}

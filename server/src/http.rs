@@ -253,7 +253,12 @@ impl Reply {
     }
 
     fn envelope(&self, stream: bool, choices: Value) -> Value {
-        json!({"id": self.id, "object": self.object(stream), "created": self.created, "model": self.model, "choices": choices})
+        let mut v = json!({"id": self.id, "object": self.object(stream), "created": self.created, "model": self.model, "choices": choices});
+        if stream && self.params.include_usage {
+            // OpenAI: with include_usage every chunk carries `usage`, null but on the last.
+            v["usage"] = Value::Null;
+        }
+        v
     }
 }
 

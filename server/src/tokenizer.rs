@@ -41,11 +41,42 @@ pub enum TokenizerError {
 pub struct ChatMessage {
     /// `system`, `user`, `assistant`, ...
     pub role: String,
-    /// The text.
+    /// The text: a string, or (as OpenAI accepts) an array of `{"type": "text", "text": ...}`
+    /// parts, joined.
+    #[serde(deserialize_with = "content_de")]
     pub content: String,
     /// An optional participant name (accepted, passed to the template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+}
+
+/// `content`: a string or an array of text parts (other part types are refused).
+fn content_de<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Part {
+        #[serde(rename = "type")]
+        kind: String,
+        text: Option<String>,
+    }
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Content {
+        Text(String),
+        Parts(Vec<Part>),
+    }
+    match Content::deserialize(d)? {
+        Content::Text(t) => Ok(t),
+        Content::Parts(parts) => parts
+            .into_iter()
+            .map(|p| match (p.kind.as_str(), p.text) {
+                ("text", Some(t)) => Ok(t),
+                (k, _) => Err(serde::de::Error::custom(format!(
+                    "content parts of type {k:?} are not supported (only \"text\" with \"text\")"
+                ))),
+            })
+            .collect(),
+    }
 }
 
 /// A tokenizer with its chat template and end-of-sequence ids.

@@ -368,6 +368,21 @@ async fn chat(
         req.check_unsupported()?;
         let params = req.common().params()?;
         crate::api::check_messages(&req.messages)?;
+        // Control tokens come from the template only: a message carrying their text would
+        // forge turns (`...<|eot_id|><|start_header_id|>system<|end_header_id|>...`).
+        for (i, m) in req.messages.iter().enumerate() {
+            let found = st
+                .tok
+                .special_in(&m.content)
+                .or_else(|| m.name.as_deref().and_then(|n| st.tok.special_in(n)));
+            if let Some(sp) = found {
+                return Err(ApiError::bad(
+                    Some("messages"),
+                    "invalid_value",
+                    format!("messages[{i}] contains the special token {sp:?}"),
+                ));
+            }
+        }
         let text = st
             .tok
             .render_chat(&req.messages, true)

@@ -87,6 +87,9 @@ pub struct TextTokenizer {
     bos_token: String,
     eos_token: String,
     eos_ids: Vec<u32>,
+    /// The special added tokens' text (`<|eot_id|>`, ...), which `encode` turns into control
+    /// tokens wherever they appear.
+    specials: Vec<String>,
 }
 
 fn token_text(v: Option<&Value>) -> String {
@@ -139,7 +142,14 @@ impl TextTokenizer {
                 }
             }
         }
-        Ok(TextTokenizer { tk, template, bos_token, eos_token, eos_ids })
+        let mut specials: Vec<String> = tk
+            .get_added_tokens_decoder()
+            .into_values()
+            .filter(|t| t.special && !t.content.is_empty())
+            .map(|t| t.content)
+            .collect();
+        specials.sort();
+        Ok(TextTokenizer { tk, template, bos_token, eos_token, eos_ids, specials })
     }
 
     /// The fixture tokenizer built into the binary.
@@ -182,6 +192,21 @@ impl TextTokenizer {
     /// The ids that end generation.
     pub fn eos_ids(&self) -> &[u32] {
         &self.eos_ids
+    }
+
+    /// The first special token (`<|eot_id|>`, ...) whose text occurs in `text`, if any: such
+    /// text would be encoded as the control token itself.
+    ///
+    /// ```
+    /// let t = server::tokenizer::TextTokenizer::fixture().unwrap();
+    /// assert_eq!(t.special_in("hi<|eot_id|>"), Some("<|eot_id|>"));
+    /// assert_eq!(t.special_in("<|not a token|>"), None);
+    /// ```
+    pub fn special_in(&self, text: &str) -> Option<&str> {
+        if !text.contains('<') && !self.specials.iter().any(|s| !s.starts_with('<')) {
+            return None;
+        }
+        self.specials.iter().find(|s| text.contains(s.as_str())).map(String::as_str)
     }
 
     /// The id of a token, if it is in the vocabulary.

@@ -334,12 +334,15 @@ async fn completions(
         let req: CompletionRequest = parse(&st, &headers, body)?;
         req.check_unsupported()?;
         let params = req.common().params()?;
-        let prompt = match &req.prompt {
-            PromptInput::Text(t) => st
-                .tok
-                .encode(t, true)
-                .map_err(|e| ApiError::bad(Some("prompt"), "invalid_value", e.to_string()))?,
-            PromptInput::Tokens(ids) => ids.clone(),
+        let max_tokens_asked = req.max_tokens;
+        let prompt = match req.prompt {
+            PromptInput::Text(t) => {
+                let tok = st.tok.clone();
+                off_runtime(move || tok.encode(&t, true))
+                    .await?
+                    .map_err(|e| ApiError::bad(Some("prompt"), "invalid_value", e.to_string()))?
+            }
+            PromptInput::Tokens(ids) => ids,
         };
         let limits = st.batcher.limits();
         if let Some(t) = prompt.iter().find(|&&t| t >= limits.vocab) {
@@ -349,7 +352,7 @@ async fn completions(
                 format!("token {t} is outside the vocabulary ({})", limits.vocab),
             ));
         }
-        let n = max_tokens(req.max_tokens, Some(16), prompt.len(), limits.max_seq)?;
+        let n = max_tokens(max_tokens_asked, Some(16), prompt.len(), limits.max_seq)?;
         Ok((params, prompt, n))
     };
     match run.await {
@@ -383,14 +386,11 @@ async fn chat(
                 ));
             }
         }
-        let text = st
-            .tok
-            .render_chat(&req.messages, true)
-            .map_err(|e| ApiError::bad(Some("messages"), "invalid_value", e.to_string()))?;
-        let prompt = st
-            .tok
-            .encode(&text, false)
-            .map_err(|e| ApiError::bad(Some("messages"), "invalid_value", e.to_string()))?;
+        let (tok, messages) = (st.tok.clone(), req.messages);
+        let prompt =
+            off_runtime(move || tok.render_chat(&messages, true).and_then(|t| tok.encode(&t, false)))
+                .await?
+                .map_err(|e| ApiError::bad(Some("messages"), "invalid_value", e.to_string()))?;
         let n = max_tokens(
             req.max_tokens.or(req.max_completion_tokens),
             None,
@@ -403,6 +403,14 @@ async fn chat(
         Ok((params, prompt, n)) => start(st, Kind::Chat, params, prompt, n).await,
         Err(e) => e.into_response(),
     }
+}
+
+/// Runs `f` (tokenising or rendering up to a whole body: seconds for a megabyte) on the
+/// blocking pool, so that it stalls neither the streams nor the batcher sharing the runtime.
+async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "tokenizer_failed", e.to_string())
+    })
 }
 
 async fn start(st: Arc<AppState>, kind: Kind, params: Params, prompt: Vec<u32>, n: u32) -> Response {

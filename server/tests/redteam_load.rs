@@ -300,3 +300,30 @@ async fn metrics_are_valid_prometheus_text() {
         assert!(text.contains(name), "{name}\n{text}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_huge_text_prompt_does_not_stall_other_streams() {
+    // One runtime worker for the server, the batcher and this client: tokenising 400 kB takes
+    // long (about a second unoptimised); done on the worker it froze every stream meanwhile.
+    let s = start(Opts { slots: 2, delay_us: 1000, max_body: 1 << 20, ..Opts::default() }).await;
+    let p = common::no_eos_prompt(8, 4, 200);
+    let body = json!({"prompt": p, "max_tokens": 200, "temperature": 0, "stream": true});
+    let mut r = s.c.post(format!("{}/v1/completions", s.base)).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let _ = r.chunk().await.unwrap();
+    let big: String = (0..80_000).map(|i| ["hello ", "world ", "x1 ", "\n"][i % 4]).collect();
+    let (c, base) = (s.c.clone(), s.base.clone());
+    let huge = tokio::spawn(async move {
+        let r = c.post(format!("{base}/v1/completions")).json(&json!({"prompt": big})).send().await.unwrap();
+        r.status().as_u16()
+    });
+    let (mut worst, mut last, mut n) = (Duration::ZERO, std::time::Instant::now(), 0);
+    while let Some(_chunk) = r.chunk().await.unwrap() {
+        worst = worst.max(last.elapsed());
+        last = std::time::Instant::now();
+        n += 1;
+    }
+    assert!(n > 100);
+    assert_eq!(huge.await.unwrap(), 400); // far beyond the context
+    assert!(worst < Duration::from_millis(250), "a stream stalled {worst:?}");
+}

@@ -98,6 +98,7 @@ enum Msg {
     Submit(GenRequest, mpsc::UnboundedSender<Event>, Instant),
     Replay(String, ReplayReply),
     Shutdown(Duration),
+    Served(String, usize),
 }
 
 /// A cloneable handle to the batcher task.
@@ -105,6 +106,7 @@ enum Msg {
 pub struct BatcherHandle {
     tx: mpsc::UnboundedSender<Msg>,
     waiting: Arc<AtomicUsize>,
+    held: Arc<AtomicUsize>,
     draining: Arc<AtomicBool>,
     max_queue: usize,
     limits: EngineLimits,
@@ -162,10 +164,14 @@ impl BatcherHandle {
         if self.is_draining() {
             return Err(SubmitError::ShuttingDown);
         }
-        let max = self.max_queue;
+        // `waiting` counts every request not yet admitted, including those about to take a
+        // free slot: the bound is the queue beyond the free slots, so a burst on an idle
+        // server is not refused while slots are free.
+        let free = (l.slots as usize).saturating_sub(self.held.load(Ordering::Acquire));
+        let max = self.max_queue.saturating_add(free);
         self.waiting
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| (w < max).then_some(w + 1))
-            .map_err(SubmitError::QueueFull)?;
+            .map_err(|w| SubmitError::QueueFull(w.saturating_sub(free)))?;
         let (tx, rx) = mpsc::unbounded_channel();
         if self.tx.send(Msg::Submit(req, tx, Instant::now())).is_err() {
             self.waiting.fetch_sub(1, Ordering::AcqRel);
@@ -183,6 +189,14 @@ impl BatcherHandle {
         let (tx, rx) = oneshot::channel();
         self.tx.send(Msg::Replay(id.to_string(), tx)).map_err(|_| EngineError::Stopped)?;
         rx.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Records that the client of request `id` was sent only its first `n` tokens (a stop
+    /// string ended its stream while the batcher went on): the path kept for replay is cut to
+    /// them, so that a replay answers with what the client saw. Call it before dropping the
+    /// request's receiver.
+    pub fn truncate_served(&self, id: &str, n: usize) {
+        let _ = self.tx.send(Msg::Served(id.to_string(), n));
     }
 
     /// Stops admitting; running and queued requests go on for up to `grace`, then are aborted
@@ -213,10 +227,12 @@ pub fn spawn<E: Engine>(engine: E, cfg: BatcherConfig) -> (BatcherHandle, tokio:
     let limits = engine.limits();
     let (tx, rx) = mpsc::unbounded_channel();
     let waiting = Arc::new(AtomicUsize::new(0));
+    let held = Arc::new(AtomicUsize::new(0));
     let draining = Arc::new(AtomicBool::new(false));
     let handle = BatcherHandle {
         tx,
         waiting: waiting.clone(),
+        held: held.clone(),
         draining,
         max_queue: cfg.max_queue,
         limits: limits.clone(),
@@ -230,6 +246,7 @@ pub fn spawn<E: Engine>(engine: E, cfg: BatcherConfig) -> (BatcherHandle, tokio:
         deadline: None,
         inbox_closed: false,
         waiting,
+        held,
         limits,
         cfg,
     };
@@ -249,6 +266,10 @@ struct Seq {
     generated: Vec<u32>,
     path: crate::engine::ReplayPath,
     done: Option<Finish>,
+    /// Tokens the client was sent, when a stop string ended its stream early.
+    served: Option<usize>,
+    /// The decode round this sequence last ran in (rotation picks the longest waiting).
+    last_decoded: usize,
 }
 
 struct State {
@@ -262,6 +283,8 @@ struct State {
     deadline: Option<Instant>,
     inbox_closed: bool,
     waiting: Arc<AtomicUsize>,
+    /// Slots held by admitted requests (for the queue bound).
+    held: Arc<AtomicUsize>,
 }
 
 struct Batcher<E> {
@@ -280,6 +303,10 @@ impl State {
                 let d = Instant::now() + grace;
                 self.deadline = Some(self.deadline.map_or(d, |old| old.min(d)));
             }
+            Msg::Served(id, n) => match self.running.iter_mut().find(|s| s.req.id == id) {
+                Some(s) => s.served = Some(n),
+                None => self.paths.cut(&id, n),
+            },
         }
     }
 
@@ -306,6 +333,7 @@ impl State {
         while !self.queue.is_empty() {
             let Some(slot) = self.free.pop_first() else { break };
             let Some((req, tx, submitted)) = self.queue.pop_front() else { break };
+            self.held.fetch_add(1, Ordering::AcqRel);
             self.waiting.fetch_sub(1, Ordering::AcqRel);
             let path = crate::engine::ReplayPath { sampling: Some(req.sampling), ..Default::default() };
             self.running.push(Seq {
@@ -320,6 +348,8 @@ impl State {
                 generated: Vec::new(),
                 path,
                 done: None,
+                served: None,
+                last_decoded: 0,
             });
         }
     }
@@ -418,10 +448,12 @@ impl<E: Engine> Batcher<E> {
             let _ = s.tx.send(Event::Done(finish));
             self.engine.release(s.slot);
             self.st.free.insert(s.slot);
-            self.st.paths.insert(
-                s.req.id.clone(),
-                FinishedPath { prompt: s.req.prompt, path: s.path, tokens: s.generated },
-            );
+            self.st.held.fetch_sub(1, Ordering::AcqRel);
+            let mut fp = FinishedPath { prompt: s.req.prompt, path: s.path, tokens: s.generated };
+            if let Some(n) = s.served {
+                fp.cut(n);
+            }
+            self.st.paths.insert(s.req.id, fp);
         }
     }
 
@@ -462,15 +494,20 @@ impl<E: Engine> Batcher<E> {
                 s.done.is_none() && s.prefilled == s.req.prompt.len()
             })
             .collect();
+        self.round = self.round.wrapping_add(1);
         if idx.len() > max {
-            // More sequences than one step holds (slots beyond the largest bucket): rotate.
-            self.round = self.round.wrapping_add(1);
-            let k = self.round % idx.len();
-            idx.rotate_left(k);
+            // More sequences than one step holds (slots beyond the largest bucket): the ones
+            // that waited longest go, so none waits more than ceil(n / max) steps.
+            let running = &self.st.running;
+            idx.sort_by_key(|&i| (running[i].last_decoded, i));
             idx.truncate(max);
+            idx.sort_unstable();
         }
         if idx.is_empty() {
             return;
+        }
+        for &i in &idx {
+            self.st.running[i].last_decoded = self.round;
         }
         let rows: Vec<DecodeRow> = idx
             .iter()
@@ -539,9 +576,12 @@ impl<E: Engine> Batcher<E> {
         metrics::counter!(crate::metrics::STEPS, "kind" => "prefill").increment(1);
         match drive(self.engine.prefill(&pieces), &mut self.st, &mut self.rx).await {
             Ok(r) if r.next.len() == pieces.len() => {
+                let round = self.round;
                 let State { running, cfg, limits, .. } = &mut self.st;
                 for ((&i, p), next) in idx.iter().zip(pieces).zip(r.next) {
                     let s = &mut running[i];
+                    // Its first token comes now: it joins the decode rotation at the back.
+                    s.last_decoded = round;
                     s.prefilled += p.tokens.len();
                     s.position = s.prefilled as u32;
                     let want = p.want_next;

@@ -99,6 +99,12 @@ impl Generation {
         }
     }
 
+    /// Whether a stop string ended the generation (the batcher may have generated more tokens
+    /// than the [`Generation::completion_tokens`] the client was sent).
+    pub fn stopped_by_string(&self) -> bool {
+        self.stop.stopped()
+    }
+
     fn abort(&mut self, why: String) -> Result<Chunk, String> {
         self.done = true;
         self.rx = None;

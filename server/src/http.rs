@@ -64,8 +64,38 @@ pub fn router(state: Arc<AppState>) -> Router {
     r.fallback(|| async {
         ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", "no such route")
     })
+    .method_not_allowed_fallback(|| async {
+        ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            "method_not_allowed",
+            "this route does not take that method",
+        )
+    })
     .layer(DefaultBodyLimit::max(limit))
+    // Outermost: the key is checked on every /v1 and /debug path (routes, wrong methods and
+    // unknown routes alike) before any body is read.
+    .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
     .with_state(state)
+}
+
+async fn auth(
+    State(st): State<Arc<AppState>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let p = req.uri().path();
+    if p.starts_with("/v1") || p.starts_with("/debug") {
+        if let Err(e) = check_key(&st, req.headers()) {
+            return e.into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// Compares in time independent of where the first difference is.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Serves `state` on `listener` until `shutdown` resolves (then drains as axum does).
@@ -93,8 +123,10 @@ fn new_id(prefix: &str) -> String {
 
 fn check_key(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(key) = &st.cfg.api_key else { return Ok(()) };
-    let got = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    if got.and_then(|v| v.strip_prefix("Bearer ")) == Some(key.as_str()) {
+    // The scheme is case-insensitive (RFC 7235); the key is compared in constant time.
+    let got = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let token = got.split_once(' ').filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"));
+    if token.is_some_and(|(_, t)| same_secret(t.as_bytes(), key.as_bytes())) {
         Ok(())
     } else {
         Err(ApiError::new(
@@ -106,13 +138,13 @@ fn check_key(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-/// Checks the key, the content type and the body, and parses the JSON.
+/// Checks the content type and the body, and parses the JSON (the key was checked by
+/// [`auth`]).
 fn parse<T: serde::de::DeserializeOwned>(
     st: &AppState,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
-    check_key(st, headers)?;
     if st.batcher.is_draining() {
         let mut e = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -124,7 +156,9 @@ fn parse<T: serde::de::DeserializeOwned>(
         return Err(e);
     }
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if !ct.trim_start().to_ascii_lowercase().starts_with("application/json") {
+    // The media type's essence, parameters (`; charset=utf-8`) aside.
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "invalid_request_error",
@@ -219,7 +253,12 @@ impl Reply {
     }
 
     fn envelope(&self, stream: bool, choices: Value) -> Value {
-        json!({"id": self.id, "object": self.object(stream), "created": self.created, "model": self.model, "choices": choices})
+        let mut v = json!({"id": self.id, "object": self.object(stream), "created": self.created, "model": self.model, "choices": choices});
+        if stream && self.params.include_usage {
+            // OpenAI: with include_usage every chunk carries `usage`, null but on the last.
+            v["usage"] = Value::Null;
+        }
+        v
     }
 }
 
@@ -237,6 +276,9 @@ async fn respond(
     if !reply.params.stream {
         return match generation.collect().await {
             Ok(all) => {
+                if generation.stopped_by_string() {
+                    st.batcher.truncate_served(&reply.id, generation.completion_tokens);
+                }
                 let mut v = reply.envelope(false, json!([reply.choice(&all, false, true)]));
                 v["usage"] = reply.usage(generation.completion_tokens);
                 Json(v).into_response()
@@ -246,15 +288,20 @@ async fn respond(
         };
     }
     // A stream of SSE frames; dropping it (client gone) drops `generation`, which cancels.
-    let state = (generation, reply, 0u8);
-    let stream = futures::stream::unfold(state, |(mut g, reply, phase)| async move {
+    let state = (generation, reply, 0u8, st);
+    let stream = futures::stream::unfold(state, |(mut g, reply, phase, st)| async move {
         let frame = match phase {
             0 if reply.kind == Kind::Chat => {
                 let first = Chunk::default();
                 (sse(&reply.envelope(true, json!([reply.choice(&first, true, true)]))), 1)
             }
             0 | 1 => match g.next().await {
-                Some(Ok(c)) => (sse(&reply.envelope(true, json!([reply.choice(&c, true, false)]))), 1),
+                Some(Ok(c)) => {
+                    if c.finish.is_some() && g.stopped_by_string() {
+                        st.batcher.truncate_served(&reply.id, g.completion_tokens);
+                    }
+                    (sse(&reply.envelope(true, json!([reply.choice(&c, true, false)]))), 1)
+                }
                 Some(Err(why)) => {
                     let e = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "aborted", why);
                     (sse(&e.body()), 3)
@@ -269,7 +316,7 @@ async fn respond(
             3 => (Bytes::from_static(b"data: [DONE]\n\n"), 4),
             _ => return None,
         };
-        Some((Ok::<_, std::convert::Infallible>(frame.0), (g, reply, frame.1)))
+        Some((Ok::<_, std::convert::Infallible>(frame.0), (g, reply, frame.1, st)))
     });
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
@@ -285,13 +332,17 @@ async fn completions(
 ) -> Response {
     let run = async {
         let req: CompletionRequest = parse(&st, &headers, body)?;
+        req.check_unsupported()?;
         let params = req.common().params()?;
-        let prompt = match &req.prompt {
-            PromptInput::Text(t) => st
-                .tok
-                .encode(t, true)
-                .map_err(|e| ApiError::bad(Some("prompt"), "invalid_value", e.to_string()))?,
-            PromptInput::Tokens(ids) => ids.clone(),
+        let max_tokens_asked = req.max_tokens;
+        let prompt = match req.prompt {
+            PromptInput::Text(t) => {
+                let tok = st.tok.clone();
+                off_runtime(move || tok.encode(&t, true))
+                    .await?
+                    .map_err(|e| ApiError::bad(Some("prompt"), "invalid_value", e.to_string()))?
+            }
+            PromptInput::Tokens(ids) => ids,
         };
         let limits = st.batcher.limits();
         if let Some(t) = prompt.iter().find(|&&t| t >= limits.vocab) {
@@ -301,7 +352,7 @@ async fn completions(
                 format!("token {t} is outside the vocabulary ({})", limits.vocab),
             ));
         }
-        let n = max_tokens(req.max_tokens, Some(16), prompt.len(), limits.max_seq)?;
+        let n = max_tokens(max_tokens_asked, Some(16), prompt.len(), limits.max_seq)?;
         Ok((params, prompt, n))
     };
     match run.await {
@@ -317,30 +368,49 @@ async fn chat(
 ) -> Response {
     let run = async {
         let req: ChatRequest = parse(&st, &headers, body)?;
+        req.check_unsupported()?;
         let params = req.common().params()?;
-        if req.messages.is_empty() {
-            return Err(ApiError::bad(Some("messages"), "invalid_value", "messages is empty"));
+        crate::api::check_messages(&req.messages)?;
+        // Control tokens come from the template only: a message carrying their text would
+        // forge turns (`...<|eot_id|><|start_header_id|>system<|end_header_id|>...`).
+        for (i, m) in req.messages.iter().enumerate() {
+            let found = st
+                .tok
+                .special_in(&m.content)
+                .or_else(|| m.name.as_deref().and_then(|n| st.tok.special_in(n)));
+            if let Some(sp) = found {
+                return Err(ApiError::bad(
+                    Some("messages"),
+                    "invalid_value",
+                    format!("messages[{i}] contains the special token {sp:?}"),
+                ));
+            }
         }
-        let text = st
-            .tok
-            .render_chat(&req.messages, true)
-            .map_err(|e| ApiError::bad(Some("messages"), "invalid_value", e.to_string()))?;
-        let prompt = st
-            .tok
-            .encode(&text, false)
-            .map_err(|e| ApiError::bad(Some("messages"), "invalid_value", e.to_string()))?;
+        let (tok, messages) = (st.tok.clone(), req.messages);
+        let prompt =
+            off_runtime(move || tok.render_chat(&messages, true).and_then(|t| tok.encode(&t, false)))
+                .await?
+                .map_err(|e| ApiError::bad(Some("messages"), "invalid_value", e.to_string()))?;
         let n = max_tokens(
             req.max_tokens.or(req.max_completion_tokens),
             None,
             prompt.len(),
             st.batcher.limits().max_seq,
         )?;
-        Ok((params, prompt, n))
+        Ok::<_, ApiError>((params, prompt, n))
     };
     match run.await {
         Ok((params, prompt, n)) => start(st, Kind::Chat, params, prompt, n).await,
         Err(e) => e.into_response(),
     }
+}
+
+/// Runs `f` (tokenising or rendering up to a whole body: seconds for a megabyte) on the
+/// blocking pool, so that it stalls neither the streams nor the batcher sharing the runtime.
+async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "tokenizer_failed", e.to_string())
+    })
 }
 
 async fn start(st: Arc<AppState>, kind: Kind, params: Params, prompt: Vec<u32>, n: u32) -> Response {
@@ -356,10 +426,7 @@ async fn start(st: Arc<AppState>, kind: Kind, params: Params, prompt: Vec<u32>, 
     respond(st, reply, rx).await
 }
 
-async fn models(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Err(e) = check_key(&st, &headers) {
-        return e.into_response();
-    }
+async fn models(State(st): State<Arc<AppState>>) -> Response {
     Json(json!({"object": "list", "data": [{"id": st.cfg.model_name, "object": "model", "created": 0, "owned_by": "llama-serve", "max_model_len": st.batcher.limits().max_seq}]})).into_response()
 }
 

@@ -14,6 +14,16 @@ pub struct FinishedPath {
     pub tokens: Vec<u32>,
 }
 
+impl FinishedPath {
+    /// Cuts the path to its first `n` generated tokens (what the client was sent when a stop
+    /// string ended its stream): the first comes from the last prefill piece, each further one
+    /// from a decode step.
+    pub fn cut(&mut self, n: usize) {
+        self.tokens.truncate(n);
+        self.path.decode.truncate(n.saturating_sub(1));
+    }
+}
+
 /// Keeps the last `cap` finished paths by request id; the oldest go first.
 ///
 /// ```
@@ -55,6 +65,13 @@ impl PathStore {
     /// The path of request `id`, if kept.
     pub fn get(&self, id: &str) -> Option<&FinishedPath> {
         self.map.get(id)
+    }
+
+    /// Cuts the path of `id`, if kept, to its first `n` tokens ([`FinishedPath::cut`]).
+    pub fn cut(&mut self, id: &str, n: usize) {
+        if let Some(p) = self.map.get_mut(id) {
+            p.cut(n);
+        }
     }
 
     /// Paths kept.

@@ -41,11 +41,42 @@ pub enum TokenizerError {
 pub struct ChatMessage {
     /// `system`, `user`, `assistant`, ...
     pub role: String,
-    /// The text.
+    /// The text: a string, or (as OpenAI accepts) an array of `{"type": "text", "text": ...}`
+    /// parts, joined.
+    #[serde(deserialize_with = "content_de")]
     pub content: String,
     /// An optional participant name (accepted, passed to the template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+}
+
+/// `content`: a string or an array of text parts (other part types are refused).
+fn content_de<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Part {
+        #[serde(rename = "type")]
+        kind: String,
+        text: Option<String>,
+    }
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Content {
+        Text(String),
+        Parts(Vec<Part>),
+    }
+    match Content::deserialize(d)? {
+        Content::Text(t) => Ok(t),
+        Content::Parts(parts) => parts
+            .into_iter()
+            .map(|p| match (p.kind.as_str(), p.text) {
+                ("text", Some(t)) => Ok(t),
+                (k, _) => Err(serde::de::Error::custom(format!(
+                    "content parts of type {k:?} are not supported (only \"text\" with \"text\")"
+                ))),
+            })
+            .collect(),
+    }
 }
 
 /// A tokenizer with its chat template and end-of-sequence ids.
@@ -56,6 +87,9 @@ pub struct TextTokenizer {
     bos_token: String,
     eos_token: String,
     eos_ids: Vec<u32>,
+    /// The special added tokens' text (`<|eot_id|>`, ...), which `encode` turns into control
+    /// tokens wherever they appear.
+    specials: Vec<String>,
 }
 
 fn token_text(v: Option<&Value>) -> String {
@@ -108,7 +142,14 @@ impl TextTokenizer {
                 }
             }
         }
-        Ok(TextTokenizer { tk, template, bos_token, eos_token, eos_ids })
+        let mut specials: Vec<String> = tk
+            .get_added_tokens_decoder()
+            .into_values()
+            .filter(|t| t.special && !t.content.is_empty())
+            .map(|t| t.content)
+            .collect();
+        specials.sort();
+        Ok(TextTokenizer { tk, template, bos_token, eos_token, eos_ids, specials })
     }
 
     /// The fixture tokenizer built into the binary.
@@ -151,6 +192,21 @@ impl TextTokenizer {
     /// The ids that end generation.
     pub fn eos_ids(&self) -> &[u32] {
         &self.eos_ids
+    }
+
+    /// The first special token (`<|eot_id|>`, ...) whose text occurs in `text`, if any: such
+    /// text would be encoded as the control token itself.
+    ///
+    /// ```
+    /// let t = server::tokenizer::TextTokenizer::fixture().unwrap();
+    /// assert_eq!(t.special_in("hi<|eot_id|>"), Some("<|eot_id|>"));
+    /// assert_eq!(t.special_in("<|not a token|>"), None);
+    /// ```
+    pub fn special_in(&self, text: &str) -> Option<&str> {
+        if !text.contains('<') && !self.specials.iter().any(|s| !s.starts_with('<')) {
+            return None;
+        }
+        self.specials.iter().find(|s| text.contains(s.as_str())).map(String::as_str)
     }
 
     /// The id of a token, if it is in the vocabulary.

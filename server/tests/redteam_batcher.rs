@@ -73,7 +73,10 @@ async fn drain(mut rx: UnboundedReceiver<Event>) -> (Vec<u32>, Finish) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotation_serves_every_sequence_without_starvation() {
     let log = Arc::new(Mutex::new(Vec::new()));
-    let eng = Narrow { inner: FakeEngine::new(7, 512, VOCAB, 64), rows: 3, log: log.clone() };
+    // A 5 ms step: the seven submissions (microseconds apart) all arrive long before the first
+    // request's 40 steps end, however the threads are scheduled, so all seven decode together.
+    let inner = FakeEngine::new(7, 512, VOCAB, 64).with_delay(Duration::from_millis(5));
+    let eng = Narrow { inner, rows: 3, log: log.clone() };
     let (h, task) =
         spawn(eng, BatcherConfig { max_queue: 64, prefill_chunk: 64, eos: vec![], paths_kept: 64 });
     let mut jobs = Vec::new();

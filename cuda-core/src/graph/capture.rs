@@ -1,5 +1,6 @@
 //! Stream capture: beginning and ending captures, and the rules that keep captures sound. The
-//! capture state of each stream lives with the stream (`stream::state`), below memory and graphs.
+//! capture state of each stream lives behind its enqueue lock (`track::state`), with the rest of the
+//! ordering protocol (`crate::track`), below memory and graphs.
 //!
 //! While a stream is being captured, work queued on it is recorded into a graph instead of run, and
 //! a graph replays the recorded device addresses later, any number of times. So that safe code can
@@ -31,9 +32,9 @@
 use crate::driver::{self, result};
 use crate::error::{Error, Result};
 use crate::graph::{CaptureMode, CaptureStatus, Graph, KernelNode};
-use crate::memory::KeepAlive;
-use crate::stream::state::{Capture, Mode};
 use crate::stream::Stream;
+use crate::track::state::{Capture, Mode};
+use crate::track::KeepAlive;
 use cudarc::driver::sys;
 
 impl Stream {

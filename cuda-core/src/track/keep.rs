@@ -1,10 +1,10 @@
 //! `KeepAlive`: everything a graph's nodes refer to, owned for as long as the graph can run.
 
 use super::alloc::Allocation;
+use super::stream::Stream;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::module::Function;
-use crate::stream::Stream;
 use std::any::Any;
 use std::collections::HashSet;
 use std::sync::Arc;

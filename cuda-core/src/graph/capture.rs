@@ -72,7 +72,7 @@ impl Stream {
             return Err(Error::Capture("beginning a capture on a stream that is already being captured"));
         }
         // Registered first (rule 6): no enqueue can slip between the driver's begin and ours.
-        let cap = Box::new(Capture::new(Box::new(KeepAlive::default()), KeepAlive::refs_of_capture));
+        let cap = Box::new(Capture::new(KeepAlive::default()));
         self.set_capture_tag(cap.id);
         state.capture = Some(cap);
         // SAFETY: live stream; context bound.
@@ -136,16 +136,7 @@ impl Stream {
             // `cap` (and the allocations it kept) is dropped here, with no lock held.
             return Err(Error::driver(res, "ending stream capture"));
         }
-        match KeepAlive::from_capture(cap.keep) {
-            Ok(keep) => Ok(Graph::from_capture(raw, *self.device(), keep)),
-            Err(e) => {
-                // Unreachable (every capture keeps a `KeepAlive`), but never hand out a graph
-                // without what its nodes use.
-                // SAFETY: the graph the driver handed back is ours; nothing else refers to it.
-                let _ = unsafe { result::graph_destroy(raw) };
-                Err(e)
-            }
-        }
+        Ok(Graph::from_capture(raw, *self.device(), cap.keep))
     }
 
     /// The kernel node most recently captured on this stream, if the capture's current frontier is

@@ -33,7 +33,6 @@ use super::state::{Locked, Mode};
 use super::stream::Stream;
 use crate::error::{Error, Result};
 use crate::event::{Event, PooledEvent};
-use std::any::Any;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -184,10 +183,10 @@ pub(crate) fn ordered<R, U: UseRef>(
     out
 }
 
-/// The capture branch of [`ordered`]: `k` is the capture's keep-alive set (type-erased in the
-/// stream's state, see `KeepAlive::of_capture`).
+/// The capture branch of [`ordered`]: `k` is the capture's keep-alive set (held by the stream's
+/// state).
 fn captured<R>(
-    k: &mut (dyn Any + Send),
+    k: &mut KeepAlive,
     in_capture: InCapture,
     keep: impl FnOnce(&mut KeepAlive),
     enqueue: impl FnOnce() -> Result<R>,
@@ -195,7 +194,7 @@ fn captured<R>(
     match in_capture {
         InCapture::Refuse(what) => Err(Error::Capture(what)),
         InCapture::Record => {
-            keep(KeepAlive::of_capture(k)?);
+            keep(k);
             enqueue()
         }
     }

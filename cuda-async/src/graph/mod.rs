@@ -23,7 +23,7 @@ pub use replicas::Replicas;
 pub(crate) use scope::record;
 pub use scope::Scope;
 
-use crate::lock::execute_locked;
+use crate::runtime::execute_locked;
 use crate::{DeviceError, DeviceOp, GraphNode, Op, Result};
 use cuda_core::{ExecUpdate, Graph, GraphExec, Stream};
 use std::sync::atomic::{AtomicU64, Ordering};

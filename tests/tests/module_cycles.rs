@@ -492,7 +492,9 @@ impl Crate {
             "crate" => (Vec::new(), &path[1..]),
             "self" => (m.clone(), &path[1..]),
             "super" => (m.clone(), path),
-            _ if self.files.contains_key(&[m.as_slice(), &[first.clone()]].concat()) => (m.clone(), path),
+            _ if self.files.contains_key(&[m.as_slice(), std::slice::from_ref(first)].concat()) => {
+                (m.clone(), path)
+            }
             _ => return None,
         };
         while rest.first().map(String::as_str) == Some("super") {
@@ -527,7 +529,7 @@ impl Crate {
         }
         let mut cur: ModPath = Vec::new();
         for (i, seg) in abs.iter().enumerate() {
-            let child = [cur.as_slice(), &[seg.clone()]].concat();
+            let child = [cur.as_slice(), std::slice::from_ref(seg)].concat();
             if self.files.contains_key(&child) {
                 cur = child;
                 continue;

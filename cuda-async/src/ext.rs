@@ -2,9 +2,8 @@
 
 use crate::context::ExecutionContext;
 use crate::error::Result;
-use crate::future::DeviceFuture;
-use crate::lock::execute_locked;
 use crate::op::{DeviceOp, Op};
+use crate::runtime::{execute_locked, DeviceFuture};
 use crate::scheduling::{self, SchedulingPolicy};
 use crate::GraphNode;
 use cuda_core::Stream;

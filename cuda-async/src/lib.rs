@@ -22,40 +22,35 @@
 #![warn(missing_docs)]
 
 pub mod args;
-mod await_spin;
 pub mod combinators;
-pub(crate) mod completion;
 mod context;
-mod engine;
 mod error;
 mod ext;
-mod future;
 pub mod graph;
 mod graph_node;
 pub mod kernel;
-mod lock;
 pub mod memory;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 mod op;
+mod runtime;
 pub mod scheduling;
 pub mod staging;
-mod sweep;
 mod sync_shim;
 
 pub use args::{BufferMut, BufferRef, IntoBufferOp};
 pub use combinators::{join_all, join_concurrent, value};
 pub use context::ExecutionContext;
-#[doc(hidden)]
-pub use engine::{marks_watched, waker_takeovers};
 pub use error::{DeviceError, Result};
 pub use ext::{DeviceOpExt, FirstFn, LastFn};
-pub use future::DeviceFuture;
 pub use graph::{
     CaptureOptions, CudaGraph, DeviceScalar, GraphBodyExt, GraphPool, Module, RecapturePath, Replicable,
     Replicas, TunableParam,
 };
 pub use graph_node::GraphNode;
-pub use lock::is_executing;
 pub use op::{DeviceOp, Op};
+pub use runtime::is_executing;
+pub use runtime::DeviceFuture;
+#[doc(hidden)]
+pub use runtime::{marks_watched, waker_takeovers};
 pub use scheduling::{SchedulingPolicy, SingleStream, StreamPoolRoundRobin};

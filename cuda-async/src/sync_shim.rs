@@ -4,7 +4,7 @@
 //! `loom` is only a *dev*-dependency, so it is visible only to test builds: the switch is
 //! `cfg(all(loom, test))`. The non-test library build under `--cfg loom` (the one an integration
 //! test links against) keeps the std types; `tests/loom_completion.rs` therefore compiles
-//! `completion.rs` and this file into itself with `#[path]`, where `cfg(test)` holds.
+//! `runtime/completion.rs` and this file into itself with `#[path]`, where `cfg(test)` holds.
 //!
 //! The std [`UnsafeCell`] is wrapped to offer loom's closure-based `with`/`with_mut` API, so that
 //! the code using it is identical under both configurations.

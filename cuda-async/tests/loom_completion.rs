@@ -1,4 +1,4 @@
-//! Loom model-checking of `cuda_async`'s completion core (`src/completion.rs`).
+//! Loom model-checking of `cuda_async`'s completion core (`src/runtime/completion.rs`).
 //!
 //! Run with:
 //!
@@ -18,7 +18,7 @@
 #[path = "../src/sync_shim.rs"]
 mod sync_shim;
 
-#[path = "../src/completion.rs"]
+#[path = "../src/runtime/completion.rs"]
 mod completion;
 
 use completion::Completion;

@@ -68,7 +68,7 @@ fn same_context(ctx: &CudaContext, device: &Device, during: &'static str) -> Res
 /// beginning on another thread.
 fn wait_raw(stream: &Stream, other: &CudaStream, during: &'static str) -> Result<()> {
     let state = stream.lock();
-    crate::stream::state::refuse_if_capturing(&state, during)?;
+    crate::track::state::refuse_if_capturing(&state, during)?;
     stream.device().bind()?;
     let ev = other.record_event(None).map_err(cudarc_err(during))?;
     // SAFETY: a live event, just recorded.
@@ -288,7 +288,7 @@ impl Stream {
         same_context(other.context(), self.device(), DURING)?;
         let ev = {
             let state = self.lock();
-            crate::stream::state::refuse_if_capturing(&state, DURING)?;
+            crate::track::state::refuse_if_capturing(&state, DURING)?;
             let ev = crate::event::Event::pooled(self.device())?;
             self.device().bind()?;
             ev.record_locked(self)?;

@@ -2,9 +2,10 @@
 
 use crate::driver::result;
 use crate::error::{Error, Result};
-use crate::memory::{ordered, Access, Allocation, DeviceBuffer, DeviceRepr, InCapture, KeepAlive};
+use crate::memory::{DeviceBuffer, DeviceRepr};
 use crate::module::Function;
 use crate::stream::Stream;
+use crate::track::{ordered, Access, Allocation, InCapture, KeepAlive};
 use cudarc::driver::sys;
 use std::ffi::c_void;
 use std::sync::Arc;

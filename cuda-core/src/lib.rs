@@ -48,7 +48,6 @@
 
 #[cfg(feature = "cublas")]
 pub mod blas;
-mod capture;
 pub mod device;
 pub mod driver;
 pub mod error;
@@ -65,8 +64,8 @@ pub mod nvrtc;
 mod peer;
 mod per_device;
 pub mod progress;
-mod reaper;
 pub mod stream;
+mod track;
 mod zeroed;
 
 pub use device::{Device, DeviceAttribute};

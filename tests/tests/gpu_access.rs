@@ -1,4 +1,4 @@
-//! GPU suite for per-allocation access tracking (`cuda-core/src/memory/access.rs`): readers on
+//! GPU suite for per-allocation access tracking (`cuda-core/src/track/access.rs`): readers on
 //! several streams run concurrently and never serialise on the home stream, a write waits for every
 //! reader and the last writer, a read waits for the last writer, the free waits for readers on
 //! other streams, and work on independent buffers homed on one stream overlaps.
@@ -132,7 +132,7 @@ fn readers_run_concurrently() -> TestResult {
 /// (80 ms; the second reads at once), then the second. A tracker that remembered only the latest
 /// reader fails the first round, one that remembered only the earliest fails the second.
 ///
-/// Mutation it catches: in `AccessState::add_read` (`cuda-core/src/memory/access.rs`), replacing
+/// Mutation it catches: in `AccessState::add_read` (`cuda-core/src/track/access.rs`), replacing
 /// the per-stream list by the latest mark only (`self.reads.clear(); self.reads.push(mark)`).
 fn write_waits_for_every_reader() -> TestResult {
     let (_d, h, o) = setup()?;

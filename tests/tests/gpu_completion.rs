@@ -193,7 +193,7 @@ impl std::task::Wake for NestedAwait {
 /// time). Under events and under marks. Runs in a child process that is killed after 20 s: a hang
 /// is a test failure, not a hung suite (the stuck engine thread would stall later tests).
 ///
-/// Mutation it catches: in `watch` (`cuda-async/src/engine.rs`), dropping the filter
+/// Mutation it catches: in `watch` (`cuda-async/src/runtime/engine.rs`), dropping the filter
 /// `let engine = engine.filter(|_| !on_engine_thread());`. (Once a stuck waker's shard is taken
 /// over by a fresh engine thread, the nested await completes without the guard too, and this test
 /// no longer depends on it.)

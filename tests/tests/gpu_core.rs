@@ -329,7 +329,7 @@ fn streams_priority_query_drop() -> TestResult {
 /// compute-sanitizer makes `cuStreamDestroy` wait for the stream's work, and a test must not
 /// check less under the sanitizer than without it.
 ///
-/// Mutation it catches: in `impl Drop for Allocation` (`cuda-core/src/memory/alloc.rs`), a
+/// Mutation it catches: in `impl Drop for Allocation` (`cuda-core/src/track/alloc.rs`), a
 /// `let _ = self.stream.synchronize();` (or an `event_synchronize` of the marks) before the free;
 /// likewise a synchronisation in `impl Drop for Event` (`cuda-core/src/event.rs`).
 fn drops_never_block() -> TestResult {

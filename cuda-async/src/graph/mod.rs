@@ -8,22 +8,24 @@
 
 mod build;
 mod launch;
-mod module;
+mod model;
 mod options;
 mod params;
+mod pool;
 mod replicas;
 mod scope;
 
-pub use build::{GraphBodyExt, GraphPool};
+pub use build::GraphBodyExt;
 pub use launch::Launch;
-pub use module::{Module, Replicable};
+pub use model::{Module, Replicable};
 pub use options::CaptureOptions;
 pub use params::{DeviceScalar, ParamHandle, TunableParam};
+pub use pool::GraphPool;
 pub use replicas::Replicas;
 pub(crate) use scope::record;
 pub use scope::Scope;
 
-use crate::lock::execute_locked;
+use crate::runtime::execute_locked;
 use crate::{DeviceError, DeviceOp, GraphNode, Op, Result};
 use cuda_core::{ExecUpdate, Graph, GraphExec, Stream};
 use std::sync::atomic::{AtomicU64, Ordering};

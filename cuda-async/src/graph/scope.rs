@@ -2,7 +2,7 @@
 
 use super::options::CaptureOptions;
 use super::params::{ParamHandle, TunableParam};
-use crate::lock;
+use crate::runtime::lock;
 use crate::{DeviceError, ExecutionContext, GraphNode, Result};
 use cuda_core::{Graph, Stream};
 use std::marker::PhantomData;

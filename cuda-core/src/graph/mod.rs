@@ -10,15 +10,15 @@ use crate::device::Device;
 use crate::driver::result;
 use crate::error::{Error, Result};
 use crate::event::{Event, PooledEvent};
-use crate::memory::KeepAlive;
-use crate::memory::{ordered, Access, Allocation, InCapture};
 use crate::stream::Stream;
+use crate::track::{ordered, Access, Allocation, InCapture, KeepAlive};
 use cudarc::driver::sys;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 mod build;
+mod capture;
 mod conditional;
 mod dot;
 mod memory;
@@ -347,7 +347,7 @@ impl Drop for GraphExec {
         let last = self.lock.get_mut().unwrap_or_else(|e| e.into_inner()).last.take();
         if let Some(ev) = last {
             let keep = std::mem::take(&mut self.keep);
-            crate::reaper::drop_after(ev, Box::new(keep));
+            crate::track::reaper::drop_after(ev, Box::new(keep));
         }
     }
 }
@@ -370,7 +370,7 @@ impl GraphExec {
         self.device.bind()?;
         let _g = self.state();
         let state = stream.lock();
-        crate::stream::state::refuse_if_capturing(&state, "uploading a graph on a stream being captured")?;
+        crate::track::state::refuse_if_capturing(&state, "uploading a graph on a stream being captured")?;
         // SAFETY: live graph exec and stream, used under the exec's lock; context bound.
         unsafe { result::graph_upload(self.raw, stream.raw()) }
     }
@@ -472,7 +472,7 @@ impl GraphExec {
                 let old = std::mem::replace(&mut self.keep, Arc::new(keep));
                 // Replays queued before still use what the old set kept: release it after them.
                 if let Some(ev) = self.state().last.clone() {
-                    crate::reaper::drop_after(ev, Box::new(old));
+                    crate::track::reaper::drop_after(ev, Box::new(old));
                 }
                 Ok(ExecUpdate::Updated)
             }

@@ -1,14 +1,14 @@
 //! `DeviceBuffer<T>`: typed device memory, allocated and freed stream-ordered.
 
-use super::access::Access;
-use super::alloc::Allocation;
-use super::order::{ordered_on, ordered_with, InCapture};
-use super::pool::MemPool;
 use super::repr::DeviceRepr;
 use crate::device::Device;
 use crate::driver::result;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
+use crate::track::order::{ordered_on, ordered_with, InCapture};
+use crate::track::Access;
+use crate::track::Allocation;
+use crate::track::MemPool;
 use cudarc::driver::sys;
 use std::marker::PhantomData;
 use std::mem::size_of;
@@ -112,7 +112,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         if bytes > 0 {
             stream.device().bind()?;
             let state = stream.lock();
-            crate::stream::state::refuse_if_capturing(
+            crate::track::state::refuse_if_capturing(
                 &state,
                 "allocating device memory on a stream being captured",
             )?;

@@ -1,4 +1,6 @@
 //! Device memory: typed buffers, pinned host buffers, memory pools, and cross-stream ordering.
+//! The ordering protocol itself lives in `crate::track` (which also defines [`Allocation`],
+//! [`Access`] and [`MemPool`], re-exported here); this folder keeps the typed buffers.
 //!
 //! **Ordering.** Every use of a buffer (a kernel argument, a copy, a memset, a graph replay) is
 //! ordered after the earlier uses it conflicts with, whatever stream or thread queued them: a read
@@ -7,29 +9,17 @@
 //! record nothing; a use on another stream records one event behind its work. Readers on several
 //! streams therefore run concurrently, and independent buffers never order each other. Each use is
 //! one atomic step under the enqueue locks of the streams involved, so no capture can begin or end
-//! in the middle of it (see `capture` and `access`).
+//! in the middle of it (see `graph::capture` and `track::access`).
 
-mod access;
-mod alloc;
 mod buffer;
-mod keep;
-mod order;
 mod peer_copy;
 mod pinned;
-mod pool;
 mod repr;
-mod stream_ops;
 
-pub use access::Access;
-pub use alloc::Allocation;
+pub use crate::track::{Access, Allocation, MemPool, PoolStats};
 pub use buffer::DeviceBuffer;
-pub(crate) use keep::KeepAlive;
-pub(crate) use order::{ordered, InCapture};
-#[cfg(feature = "nccl")]
-pub(crate) use order::{ordered_group, GroupPart};
 #[doc(hidden)]
 pub use peer_copy::PeerCopyOptions;
 pub use peer_copy::PeerPath;
 pub use pinned::PinnedBuffer;
-pub use pool::{MemPool, PoolStats};
 pub use repr::DeviceRepr;

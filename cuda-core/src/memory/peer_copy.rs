@@ -20,15 +20,15 @@
 //! A copy between devices cannot be recorded into a graph: on a capturing stream it is refused
 //! with [`Error::Capture`] (a capture must stay on one stream; the staged path uses two).
 
-use super::access::Access;
 use super::buffer::DeviceBuffer;
-use super::order::{ordered_with, record, InCapture};
 use super::repr::DeviceRepr;
 use crate::device::Device;
 use crate::driver::result;
 use crate::error::{Error, Result};
 use crate::event::PooledEvent;
 use crate::stream::Stream;
+use crate::track::order::{ordered_with, record, InCapture};
+use crate::track::Access;
 use cudarc::driver::sys;
 use std::sync::Arc;
 
@@ -159,7 +159,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             // Checked again, atomically, when the copy is queued; this early check keeps the
             // bounce-buffer allocation (which a capture may not contain) out of a capture.
             let what = "a copy between devices (or staged) on a stream being captured";
-            crate::stream::state::refuse_if_capturing(&stream.lock(), what)?;
+            crate::track::state::refuse_if_capturing(&stream.lock(), what)?;
         }
         match path {
             PeerPath::SameDevice => self.copy_from_device(stream, src)?,
@@ -227,7 +227,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         match (queued, done) {
             (Ok(()), Some(ev)) => {
                 // Freed on the reaper thread once the second copy has completed.
-                crate::reaper::drop_after(ev, Box::new(staging));
+                crate::track::reaper::drop_after(ev, Box::new(staging));
                 Ok(())
             }
             (res, _) => {

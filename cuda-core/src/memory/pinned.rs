@@ -1,14 +1,14 @@
 //! `PinnedBuffer<T>`: page-locked host memory for truly asynchronous copies.
 
-use super::access::Access;
 use super::buffer::DeviceBuffer;
-use super::order::{ordered_with, InCapture};
 use super::repr::DeviceRepr;
 use crate::device::Device;
 use crate::driver::result;
 use crate::error::{Error, Result};
 use crate::event::{Event, PooledEvent};
 use crate::stream::Stream;
+use crate::track::order::{ordered_with, InCapture};
+use crate::track::Access;
 use cudarc::driver::sys;
 use std::mem::size_of;
 

@@ -3,8 +3,9 @@
 use super::comm::Communicator;
 use super::matching::Desc;
 use crate::error::{Error, Result};
-use crate::memory::{Access, DeviceBuffer, DeviceRepr, InCapture};
+use crate::memory::{Access, DeviceBuffer, DeviceRepr};
 use crate::stream::Stream;
+use crate::track::InCapture;
 use cudarc::nccl::sys;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -210,7 +211,7 @@ impl Communicator {
         let (sp, rp) = (send.device_ptr() as *const c_void, recv.device_ptr() as *mut c_void);
         let uses = [(send.allocation(), Access::Read), (recv.allocation(), Access::Write)];
         let group = self.group().clone();
-        let keep = |k: &mut crate::memory::KeepAlive| {
+        let keep = |k: &mut crate::track::KeepAlive| {
             k.add_alloc(send.allocation());
             k.add_alloc(recv.allocation());
             // Replays use the communicator: the graph keeps the group (all its ranks) alive.
@@ -218,7 +219,7 @@ impl Communicator {
         };
         let (comm, rank) = (self.raw(), self.rank());
         stream.device().bind()?;
-        crate::memory::ordered(stream, &uses, &[], InCapture::Record, keep, || {
+        crate::track::ordered(stream, &uses, &[], InCapture::Record, keep, || {
             self.group().matching.reserve(&[rank], desc)?;
             if count == 0 {
                 return Ok(());

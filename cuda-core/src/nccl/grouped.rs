@@ -11,8 +11,9 @@ use super::collective::{raw_call, Collective, NcclScalar};
 use super::comm::Communicator;
 use super::{check, ReduceOp};
 use crate::error::{Error, Result};
-use crate::memory::{Access, DeviceBuffer, GroupPart};
+use crate::memory::{Access, DeviceBuffer};
 use crate::stream::Stream;
+use crate::track::GroupPart;
 use cudarc::nccl::sys;
 use std::ffi::c_void;
 
@@ -110,7 +111,7 @@ pub fn run<T: NcclScalar>(kind: Collective, ranks: &mut [Rank<'_, T>]) -> Result
         .map(|r| (r.stream, vec![(r.send.allocation(), Access::Read), (r.recv.allocation(), Access::Write)]))
         .collect();
     let what = "a grouped NCCL collective on a stream being captured (capture one rank per thread instead)";
-    crate::memory::ordered_group(&parts, what, || {
+    crate::track::ordered_group(&parts, what, || {
         group.matching.reserve(&all, desc)?;
         if count == 0 {
             return Ok(());

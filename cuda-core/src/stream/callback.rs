@@ -1,9 +1,9 @@
 //! Host functions and callbacks queued on a stream, and the status a callback receives.
 
-use super::state::refuse_if_capturing;
 use super::Stream;
 use crate::driver::result;
 use crate::error::Result;
+use crate::track::state::refuse_if_capturing;
 use cudarc::driver::sys;
 use std::ffi::c_void;
 

@@ -1,9 +1,10 @@
 //! `Stream::mark_progress`: queuing the write of a stream's progress counter (see
 //! [`crate::progress`]).
 
-use super::{state, Stream};
+use super::Stream;
 use crate::error::{Error, Result};
 use crate::progress::{ProgressMark, Slot};
+use crate::track::state;
 
 impl Stream {
     /// Queues a write of this stream's next progress number and returns the [`ProgressMark`] that

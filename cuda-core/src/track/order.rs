@@ -2,7 +2,7 @@
 //!
 //! Every buffer has a *home stream*: the stream it was allocated on, on which it will also be
 //! freed (stream-ordered). Each use of a buffer is ordered against the earlier uses that conflict
-//! with it, through the allocation's access state (see `memory::access`): a read waits for the last
+//! with it, through the allocation's access state (see `track::access`): a read waits for the last
 //! write, a write waits for the last write and the reads since. Uses on the home stream are ordered
 //! by the stream itself and record nothing; a use on another stream records one event behind its
 //! work (shared by all the allocations it touches). So the final free, on the home stream, is
@@ -29,11 +29,10 @@
 use super::access::{Access, Mark};
 use super::alloc::Allocation;
 use super::keep::KeepAlive;
+use super::state::{Locked, Mode};
+use super::stream::Stream;
 use crate::error::{Error, Result};
 use crate::event::{Event, PooledEvent};
-use crate::stream::state::{Locked, Mode};
-use crate::stream::Stream;
-use std::any::Any;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -184,10 +183,10 @@ pub(crate) fn ordered<R, U: UseRef>(
     out
 }
 
-/// The capture branch of [`ordered`]: `k` is the capture's keep-alive set (type-erased in the
-/// stream's state, see `KeepAlive::of_capture`).
+/// The capture branch of [`ordered`]: `k` is the capture's keep-alive set (held by the stream's
+/// state).
 fn captured<R>(
-    k: &mut (dyn Any + Send),
+    k: &mut KeepAlive,
     in_capture: InCapture,
     keep: impl FnOnce(&mut KeepAlive),
     enqueue: impl FnOnce() -> Result<R>,
@@ -195,7 +194,7 @@ fn captured<R>(
     match in_capture {
         InCapture::Refuse(what) => Err(Error::Capture(what)),
         InCapture::Record => {
-            keep(KeepAlive::of_capture(k)?);
+            keep(k);
             enqueue()
         }
     }

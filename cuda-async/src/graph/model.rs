@@ -1,4 +1,5 @@
-//! The `Module` trait: graph-backed inference.
+//! The `Module` trait (a graph-backed model: one forward pass, typically one replay) and its
+//! `Replicable` marker.
 
 use crate::Result;
 use std::future::Future;

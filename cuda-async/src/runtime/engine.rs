@@ -22,9 +22,9 @@
 //! ([`crate::scheduling::CompletionPolicy`]); with nothing pending it parks on a condition
 //! variable, and only then does handing it an op cost a notify.
 
-use crate::completion::Completion;
-use crate::scheduling::{completion_policy, MAX_ENGINES};
-use crate::sweep::sweep;
+use super::completion::Completion;
+use super::policy::{completion_policy, MAX_ENGINES};
+use super::sweep::sweep;
 use cuda_core::{PooledEvent, ProgressMark, Stream};
 use std::collections::HashMap;
 use std::collections::VecDeque;
@@ -95,7 +95,7 @@ struct Shard {
 /// A shard's sweeping state (see [`Shard::work`]).
 struct Work {
     pending: Vec<Pending>,
-    /// Scratch space of the partial sweeps (see `crate::sweep`).
+    /// Scratch space of the partial sweeps (see `runtime::sweep`).
     blocked: Vec<usize>,
     /// Wakers of completed ops, run in completion order after the sweep that completed them.
     wakers: VecDeque<Waker>,
@@ -164,7 +164,7 @@ pub(crate) struct Engine {
     ordinal: usize,
 }
 
-/// The longest time between two sweeps that check every pending op (see [`crate::sweep`]).
+/// The longest time between two sweeps that check every pending op (see [`super::sweep`]).
 const FULL_SWEEP_EVERY: Duration = Duration::from_micros(50);
 
 /// How often the engine checks the device for a fault while progress marks are pending.

@@ -1,15 +1,15 @@
 //! The state behind a stream's enqueue lock: whether (and by which thread) the stream is being
 //! captured, what the capture keeps alive and which frees it deferred, and the checks every enqueue
-//! makes against it. The rules these implement are stated in the `capture` module, which begins
-//! and ends captures; this module sits below memory and graphs, so the capture's keep-alive set is
-//! held type-erased here (it is a `memory::KeepAlive`, which names allocations and streams).
+//! makes against it. The rules these implement are stated in the `graph::capture` module, which
+//! begins and ends captures. The capture's keep-alive set is held here as its concrete type
+//! ([`KeepAlive`]): it sits in this folder with the allocations and streams it names.
 
+use super::keep::KeepAlive;
 use super::Stream;
 use crate::driver::{self, result};
 use crate::error::{Error, Result};
 use crate::event::PooledEvent;
 use cudarc::driver::sys;
-use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, MutexGuard};
 use std::thread::ThreadId;
@@ -25,35 +25,24 @@ pub(crate) struct Capture {
     pub(crate) id: u64,
     /// The thread that began it: the only one that may enqueue on the stream or end it.
     thread: ThreadId,
-    /// What the recorded work uses: a `memory::KeepAlive`, erased because this layer cannot name
-    /// it. Every capture is begun with one (`Stream::begin_capture`).
-    pub(crate) keep: Box<dyn Any + Send>,
+    /// What the recorded work uses. Every capture is begun with an empty one
+    /// (`Stream::begin_capture`).
+    pub(crate) keep: KeepAlive,
     /// Frees of allocations homed on the stream, dropped during the capture, with the events of
     /// their uses on other streams that the free must wait for.
     deferred: Vec<(sys::CUdeviceptr, Vec<Arc<PooledEvent>>)>,
-    /// How many handles of the captured stream `keep` holds that nothing else can reach (the
-    /// home-stream handles of allocations only the capture keeps): see `Stream`'s drop.
-    refs_to: RefsTo,
 }
 
-/// Counts the handles of a stream that a capture's keep-alive set (type-erased here) holds alone.
-pub(crate) type RefsTo = fn(&(dyn Any + Send), &Stream) -> usize;
-
 impl Capture {
-    /// A capture begun by the calling thread, keeping `keep` (a `memory::KeepAlive`).
-    pub(crate) fn new(keep: Box<dyn Any + Send>, refs_to: RefsTo) -> Capture {
-        Capture {
-            id: next_capture_id(),
-            thread: std::thread::current().id(),
-            keep,
-            deferred: Vec::new(),
-            refs_to,
-        }
+    /// A capture begun by the calling thread, keeping `keep`.
+    pub(crate) fn new(keep: KeepAlive) -> Capture {
+        Capture { id: next_capture_id(), thread: std::thread::current().id(), keep, deferred: Vec::new() }
     }
 
-    /// How many handles of `s` (the captured stream) only this capture's keep-alive set holds.
+    /// How many handles of `s` (the captured stream) only this capture's keep-alive set holds (the
+    /// home-stream handles of allocations only the capture keeps): see `Stream`'s drop.
     pub(crate) fn refs_to(&self, s: &Stream) -> usize {
-        (self.refs_to)(&*self.keep, s)
+        self.keep.refs_of_capture(s)
     }
 
     /// Whether the calling thread began this capture.
@@ -80,9 +69,9 @@ pub(crate) struct StreamState {
 pub(crate) enum Mode<'a> {
     /// Not capturing: run (and join across streams) as usual.
     Eager,
-    /// Captured by this thread: record the uses into this set (a `memory::KeepAlive`), make no
+    /// Captured by this thread: record the uses into this set, make no
     /// cross-stream joins.
-    Captured(&'a mut (dyn Any + Send)),
+    Captured(&'a mut KeepAlive),
 }
 
 impl StreamState {
@@ -91,7 +80,7 @@ impl StreamState {
     pub(crate) fn mode(&mut self) -> Result<Mode<'_>> {
         match &mut self.capture {
             None => Ok(Mode::Eager),
-            Some(c) if c.thread == std::thread::current().id() => Ok(Mode::Captured(&mut *c.keep)),
+            Some(c) if c.thread == std::thread::current().id() => Ok(Mode::Captured(&mut c.keep)),
             Some(_) => Err(Error::Capture("queueing work on a stream that another thread is capturing")),
         }
     }

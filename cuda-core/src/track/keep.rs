@@ -1,10 +1,10 @@
 //! `KeepAlive`: everything a graph's nodes refer to, owned for as long as the graph can run.
 
 use super::alloc::Allocation;
+use super::stream::Stream;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::module::Function;
-use crate::stream::Stream;
 use std::any::Any;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -23,6 +23,9 @@ use std::sync::Arc;
 pub(crate) struct KeepAlive {
     pub(crate) allocs: Vec<Arc<Allocation>>,
     seen: HashSet<usize>,
+    /// Type-erased on purpose: the extras are genuinely heterogeneous — host-node closures of any
+    /// user type (`GraphBody::add_host`) and, with NCCL, communicator groups — and are only
+    /// ever kept and dropped, never read back.
     pub(crate) extras: Vec<Arc<dyn Any + Send + Sync>>,
     /// The events of event-record and event-wait nodes (also kept until replays complete). Typed,
     /// because their capture membership is checked before every instantiation and launch
@@ -119,29 +122,13 @@ impl KeepAlive {
         }
     }
 
-    /// The keep-alive set of an open capture, which the stream's state holds type-erased (the
-    /// stream layer is below this one). Every capture is begun with a `KeepAlive`
-    /// (`Stream::begin_capture`), so this cannot fail; if it ever did, the caller refuses the
-    /// work rather than record it without keeping what it uses.
-    pub(crate) fn of_capture(keep: &mut (dyn Any + Send)) -> Result<&mut KeepAlive> {
-        keep.downcast_mut::<KeepAlive>().ok_or(Error::Capture(NOT_A_KEEP_ALIVE))
-    }
-
-    /// How many handles of `s` the open capture's set `keep` holds alone: one per allocation homed
+    /// How many handles of `s` this set (an open capture's) holds alone: one per allocation homed
     /// on `s` that only this set keeps (each allocation holds a handle of its home stream), one per
     /// serial entry `s`. A capture keeps what its work uses, so a capturing stream whose user
     /// handles are all gone would otherwise be kept alive by its own capture (allocation -> stream
     /// -> capture -> allocation), and the capture would never end (`Stream`'s drop).
-    pub(crate) fn refs_of_capture(keep: &(dyn Any + Send), s: &Stream) -> usize {
-        let Some(k) = keep.downcast_ref::<KeepAlive>() else { return 0 };
-        k.allocs.iter().filter(|a| a.stream == *s && Arc::strong_count(a) == 1).count()
-            + k.serial.iter().filter(|x| *x == s).count()
-    }
-
-    /// [`KeepAlive::of_capture`] for the set of a capture that has ended.
-    pub(crate) fn from_capture(keep: Box<dyn Any + Send>) -> Result<KeepAlive> {
-        keep.downcast::<KeepAlive>().map(|k| *k).map_err(|_| Error::Capture(NOT_A_KEEP_ALIVE))
+    pub(crate) fn refs_of_capture(&self, s: &Stream) -> usize {
+        self.allocs.iter().filter(|a| a.stream == *s && Arc::strong_count(a) == 1).count()
+            + self.serial.iter().filter(|x| *x == s).count()
     }
 }
-
-const NOT_A_KEEP_ALIVE: &str = "the capture's keep-alive set has an unexpected type (a bug of cuda-core)";

@@ -1,5 +1,6 @@
 //! Stream capture: beginning and ending captures, and the rules that keep captures sound. The
-//! capture state of each stream lives with the stream (`stream::state`), below memory and graphs.
+//! capture state of each stream lives behind its enqueue lock (`track::state`), with the rest of the
+//! ordering protocol (`crate::track`), below memory and graphs.
 //!
 //! While a stream is being captured, work queued on it is recorded into a graph instead of run, and
 //! a graph replays the recorded device addresses later, any number of times. So that safe code can
@@ -31,9 +32,9 @@
 use crate::driver::{self, result};
 use crate::error::{Error, Result};
 use crate::graph::{CaptureMode, CaptureStatus, Graph, KernelNode};
-use crate::memory::KeepAlive;
-use crate::stream::state::{Capture, Mode};
 use crate::stream::Stream;
+use crate::track::state::{Capture, Mode};
+use crate::track::KeepAlive;
 use cudarc::driver::sys;
 
 impl Stream {
@@ -71,7 +72,7 @@ impl Stream {
             return Err(Error::Capture("beginning a capture on a stream that is already being captured"));
         }
         // Registered first (rule 6): no enqueue can slip between the driver's begin and ours.
-        let cap = Box::new(Capture::new(Box::new(KeepAlive::default()), KeepAlive::refs_of_capture));
+        let cap = Box::new(Capture::new(KeepAlive::default()));
         self.set_capture_tag(cap.id);
         state.capture = Some(cap);
         // SAFETY: live stream; context bound.
@@ -135,16 +136,7 @@ impl Stream {
             // `cap` (and the allocations it kept) is dropped here, with no lock held.
             return Err(Error::driver(res, "ending stream capture"));
         }
-        match KeepAlive::from_capture(cap.keep) {
-            Ok(keep) => Ok(Graph::from_capture(raw, *self.device(), keep)),
-            Err(e) => {
-                // Unreachable (every capture keeps a `KeepAlive`), but never hand out a graph
-                // without what its nodes use.
-                // SAFETY: the graph the driver handed back is ours; nothing else refers to it.
-                let _ = unsafe { result::graph_destroy(raw) };
-                Err(e)
-            }
-        }
+        Ok(Graph::from_capture(raw, *self.device(), cap.keep))
     }
 
     /// The kernel node most recently captured on this stream, if the capture's current frontier is

@@ -5,8 +5,8 @@
 //! (5 µs by default, longer for a lone awaiter whose ops are predicted to finish within 100 µs,
 //! none while other awaits of the device are pending), queries an event behind the work: such ops
 //! resolve on the first poll with no cross-thread wake-up. Otherwise it hands that event to the completion engine
-//! (`crate::engine`), whose library-owned thread completes a lock-free
-//! [`Completion`](crate::completion::Completion) when the work has finished — or failed — and wakes
+//! (`runtime::engine`), whose library-owned thread completes a lock-free
+//! [`Completion`](super::completion::Completion) when the work has finished — or failed — and wakes
 //! the task from there (never from a driver callback). No thread is spawned per op, and an executor
 //! thread spins only within the policy's bound and never blocks (except when the engine's thread
 //! could not be started, or when a waker running on an engine thread awaits again: then the op is
@@ -17,12 +17,13 @@
 //! and pinned host buffers wait for their transfer before release. The callback holds its own
 //! reference to the completion, so it completes an orphaned completion harmlessly.
 
-use crate::completion::Completion;
-use crate::engine::Wait;
+use super::await_spin::await_spin_policy;
+use super::completion::Completion;
+use super::engine::Wait;
+use super::lock::execute_locked;
 use crate::error::{DeviceError, Result};
-use crate::lock::execute_locked;
 use crate::op::{DeviceOp, Op};
-use crate::scheduling::{self, await_spin_policy, SchedulingPolicy};
+use crate::scheduling::{self, SchedulingPolicy};
 use cuda_core::{Event, Stream, StreamStatus};
 use std::future::Future;
 use std::pin::Pin;
@@ -48,7 +49,7 @@ enum State<O: DeviceOp> {
 /// An await submitted while its device had no other pending awaits: its duration (submission to
 /// observed completion) becomes the engine's prediction for the first-poll spin policy.
 struct Solo {
-    engine: &'static crate::engine::Engine,
+    engine: &'static super::engine::Engine,
     start: Instant,
 }
 
@@ -101,12 +102,12 @@ impl<O: DeviceOp> DeviceFuture<O> {
         let output =
             execute_locked(op, &stream, "an op future was first polled inside another op's execution")?;
         let ordinal = stream.device().ordinal();
-        let engine = crate::engine::engine(ordinal);
+        let engine = super::engine::engine(ordinal);
         // A progress mark behind the work where the engine can watch marks (one load per check,
         // no driver call); otherwise, or if marking fails, an event.
-        let marks = scheduling::completion_policy().marks;
+        let marks = super::policy::completion_policy().marks;
         let mark = engine
-            .filter(|e| marks && e.uses_marks() && !crate::engine::on_engine_thread())
+            .filter(|e| marks && e.uses_marks() && !super::engine::on_engine_thread())
             .and_then(|_| stream.mark_progress().ok());
         let wait = match mark {
             Some(mark) => Wait::Mark(mark),
@@ -144,7 +145,7 @@ impl<O: DeviceOp> DeviceFuture<O> {
             }
         }
         let completion = Completion::new();
-        crate::engine::watch(engine, &stream, wait, completion.clone());
+        super::engine::watch(engine, &stream, wait, completion.clone());
         Ok(State::Submitted(output, completion, solo))
     }
 }

@@ -13,10 +13,10 @@
 //! queued, so the waits form no cycle: they cannot deadlock the GPU.
 //!
 //! The state of an allocation is only read or changed while its home stream's enqueue lock is held
-//! (see `memory::order`), which makes each use one atomic step.
+//! (see `track::order`), which makes each use one atomic step.
 
+use super::stream::Stream;
 use crate::event::PooledEvent;
-use crate::stream::Stream;
 use std::sync::Arc;
 
 /// How a use touches an allocation.

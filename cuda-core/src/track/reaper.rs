@@ -12,6 +12,9 @@ use std::any::Any;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// Type-erased on purpose: the values are genuinely heterogeneous — graphs' keep-alive sets, staging
+/// buffers of copies between devices, and the foreign owners of wrapped memory (any user type, see
+/// `crate::interop`) — and are only ever dropped.
 type Item = (Arc<PooledEvent>, Box<dyn Any + Send>);
 
 fn sender() -> Option<Sender<Item>> {

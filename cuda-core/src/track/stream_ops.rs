@@ -1,13 +1,13 @@
 //! `Stream` methods that order work against the uses of buffers: joins between streams and work
-//! of other libraries. They live here, with the ordering they use (see `memory::order`), rather
-//! than with `Stream`, which the memory layer builds on.
+//! of other libraries. They live here, with the ordering they use (see `track::order`), rather
+//! than with `Stream`'s other public methods in `crate::stream`.
 
 use super::access::Access;
 use super::alloc::Allocation;
 use super::order::{join_unchecked, ordered_on};
+use super::state::{refuse_if_capturing, Locked};
+use super::stream::Stream;
 use crate::error::{Error, Result};
-use crate::stream::state::{refuse_if_capturing, Locked};
-use crate::stream::Stream;
 use cudarc::driver::sys;
 use std::sync::Arc;
 

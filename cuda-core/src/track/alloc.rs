@@ -2,8 +2,8 @@
 
 use super::access::AccessState;
 use super::pool::MemPool;
-use crate::stream::state::{defer_free, free_after};
-use crate::stream::Stream;
+use super::state::{defer_free, free_after};
+use super::stream::Stream;
 use cudarc::driver::sys;
 
 /// One device allocation with its home stream. A [`crate::memory::DeviceBuffer`] holds it in an `Arc`;
@@ -76,7 +76,7 @@ impl Allocation {
     /// [`crate::Error::Capture`] while the home stream is captured; driver errors.
     pub(crate) fn event_after_uses(&self) -> crate::Result<crate::event::PooledEvent> {
         let state = self.stream.lock();
-        crate::stream::state::refuse_if_capturing(&state, "handing wrapped memory back to its owner")?;
+        super::state::refuse_if_capturing(&state, "handing wrapped memory back to its owner")?;
         self.stream.device().bind()?;
         for ev in self.access().all_marks() {
             self.stream.wait_unchecked(ev)?;
@@ -86,7 +86,7 @@ impl Allocation {
         Ok(ev)
     }
 
-    /// The access state (see `memory::access`). The caller holds the home stream's lock.
+    /// The access state (see `track::access`). The caller holds the home stream's lock.
     pub(crate) fn access(&self) -> std::sync::MutexGuard<'_, AccessState> {
         self.access.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -110,7 +110,7 @@ impl Drop for Allocation {
                 // Not ours to free: the owner goes once every use has completed; if that cannot be
                 // ordered (a capture, a driver error), it is leaked rather than released early.
                 match self.event_after_uses() {
-                    Ok(ev) => crate::reaper::drop_after(std::sync::Arc::new(ev), owner),
+                    Ok(ev) => super::reaper::drop_after(std::sync::Arc::new(ev), owner),
                     Err(e) => {
                         std::mem::forget(owner);
                         crate::error::note_drop(Err(e));

@@ -36,6 +36,8 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Mutex;
 
+mod result;
+
 /// Bytes of the workspace each [`Blas`] gives cuBLAS (NVIDIA recommends 32 MiB on Hopper).
 pub const WORKSPACE_BYTES: usize = 32 << 20;
 
@@ -111,23 +113,10 @@ unsafe impl Send for Handle {}
 
 static POOL: Mutex<Option<HashMap<usize, Vec<Handle>>>> = Mutex::new(None);
 
-fn status_error(status: sys::cublasStatus_t, during: &'static str) -> Error {
-    Error::Library { library: "cuBLAS", status: format!("{status:?}"), during }
-}
-
-fn check(status: sys::cublasStatus_t, during: &'static str) -> Result<()> {
-    if status == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-        Ok(())
-    } else {
-        Err(status_error(status, during))
-    }
-}
-
 /// Loads `libcublas` once, or says which names were tried.
 fn load() -> Result<()> {
     static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    // SAFETY: `is_culib_present` only tries to dlopen the candidate names and closes them again.
-    if *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() }) {
+    if *PRESENT.get_or_init(result::library_present) {
         return Ok(());
     }
     Err(Error::LibraryMissing {
@@ -147,9 +136,9 @@ fn take_handle(device: &Device) -> Result<Handle> {
         return Ok(h);
     }
     device.bind()?;
-    let mut raw = std::ptr::null_mut();
-    // SAFETY: cublasCreate writes a new handle for the current (primary) context into `raw`.
-    check(unsafe { sys::cublasCreate_v2(&mut raw) }, "creating a cuBLAS handle")?;
+    // SAFETY: the library is loaded (`Blas::new` called `load`) and the device's primary context
+    // is current (bound above).
+    let raw = unsafe { result::create() }?;
     Ok(Handle(raw))
 }
 
@@ -247,39 +236,30 @@ impl Blas {
         // cuBLAS allocates nothing; it calls nothing of this crate and does not block.
         unsafe {
             stream.enqueue_external(&uses, |raw| {
-                check(
-                    sys::cublasSetStream_v2(handle, raw as sys::cudaStream_t),
-                    "binding a cuBLAS handle to a stream",
-                )?;
-                check(
-                    sys::cublasSetWorkspace_v2(handle, ws as *mut c_void, WORKSPACE_BYTES),
-                    "setting the cuBLAS workspace",
-                )?;
+                result::set_stream(handle, raw as sys::cudaStream_t)?;
+                result::set_workspace(handle, ws as *mut c_void, WORKSPACE_BYTES)?;
                 // Column-major view: C(n x rows) = op(A)(n x k) · B(k x rows) with A = w as a
                 // k x n matrix (lda = k) transposed, B = x as k x rows (ldb = k), C = y (ldc = n).
-                check(
-                    sys::cublasGemmEx(
-                        handle,
-                        sys::cublasOperation_t::CUBLAS_OP_T,
-                        sys::cublasOperation_t::CUBLAS_OP_N,
-                        n,
-                        rows,
-                        k,
-                        &alpha as *const f32 as *const c_void,
-                        wp as *const c_void,
-                        T::DATA_TYPE,
-                        k,
-                        xp as *const c_void,
-                        T::DATA_TYPE,
-                        k,
-                        &beta as *const f32 as *const c_void,
-                        yp as *mut c_void,
-                        U::DATA_TYPE,
-                        n,
-                        sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                        sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                    ),
-                    "a cuBLAS GEMM (cublasGemmEx)",
+                result::gemm_ex(
+                    handle,
+                    sys::cublasOperation_t::CUBLAS_OP_T,
+                    sys::cublasOperation_t::CUBLAS_OP_N,
+                    n,
+                    rows,
+                    k,
+                    &alpha as *const f32 as *const c_void,
+                    wp as *const c_void,
+                    T::DATA_TYPE,
+                    k,
+                    xp as *const c_void,
+                    T::DATA_TYPE,
+                    k,
+                    &beta as *const f32 as *const c_void,
+                    yp as *mut c_void,
+                    U::DATA_TYPE,
+                    n,
+                    sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
                 )
             })
         }

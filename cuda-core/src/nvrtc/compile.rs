@@ -1,30 +1,15 @@
 //! Raw NVRTC compilation: CUDA C source to a CUBIN image for one architecture.
 
+use super::result::{self, Compiled};
 use crate::error::{Error, Result};
 use cudarc::nvrtc::sys;
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, CString};
 use std::sync::OnceLock;
-
-fn nvrtc_check(res: sys::nvrtcResult, during: &'static str) -> Result<()> {
-    if res == sys::nvrtcResult::NVRTC_SUCCESS {
-        return Ok(());
-    }
-    // SAFETY: nvrtcGetErrorString returns a static NUL-terminated string for any code.
-    let p = unsafe { sys::nvrtcGetErrorString(res) };
-    let name = if p.is_null() {
-        format!("{res:?}")
-    } else {
-        // SAFETY: non-null static C string.
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-    };
-    Err(Error::Nvrtc { name, during })
-}
 
 /// Loads NVRTC once; a missing library is [`Error::NvrtcMissing`], never a panic.
 pub(crate) fn nvrtc_loaded() -> Result<()> {
     static LOADED: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only tries to dlopen candidate names.
-    if *LOADED.get_or_init(|| unsafe { sys::is_culib_present() }) {
+    if *LOADED.get_or_init(result::library_present) {
         Ok(())
     } else {
         Err(Error::NvrtcMissing {
@@ -40,34 +25,31 @@ pub(crate) fn nvrtc_loaded() -> Result<()> {
 /// [`Error::NvrtcMissing`] without `libnvrtc.so`; NVRTC errors.
 pub fn nvrtc_version() -> Result<(i32, i32)> {
     nvrtc_loaded()?;
-    let (mut major, mut minor) = (0, 0);
-    // SAFETY: valid out-pointers; the library is loaded.
-    nvrtc_check(unsafe { sys::nvrtcVersion(&mut major, &mut minor) }, "reading the NVRTC version")?;
-    Ok((major, minor))
+    // SAFETY: the library is loaded.
+    unsafe { result::version() }
 }
 
 struct Program(sys::nvrtcProgram);
 
 impl Drop for Program {
     fn drop(&mut self) {
-        // SAFETY: created by nvrtcCreateProgram and destroyed only here.
-        unsafe { sys::nvrtcDestroyProgram(&mut self.0) };
+        // SAFETY: created by nvrtcCreateProgram and destroyed only here. An error cannot be
+        // returned from a drop and is ignored.
+        let _ = unsafe { result::destroy_program(&mut self.0) };
     }
 }
 
 impl Program {
     fn read(
         &self,
-        size: unsafe fn(sys::nvrtcProgram, *mut usize) -> sys::nvrtcResult,
-        get: unsafe fn(sys::nvrtcProgram, *mut c_char) -> sys::nvrtcResult,
-        during: &'static str,
+        size: unsafe fn(sys::nvrtcProgram) -> Result<usize>,
+        get: unsafe fn(sys::nvrtcProgram, &mut [u8]) -> Result<()>,
     ) -> Result<Vec<u8>> {
-        let mut n = 0usize;
-        // SAFETY: live program; valid out-pointer.
-        nvrtc_check(unsafe { size(self.0, &mut n) }, during)?;
+        // SAFETY: live program.
+        let n = unsafe { size(self.0) }?;
         let mut out = vec![0u8; n];
-        // SAFETY: `out` has exactly the size NVRTC reported.
-        nvrtc_check(unsafe { get(self.0, out.as_mut_ptr().cast()) }, during)?;
+        // SAFETY: live program; `out` has exactly the size NVRTC reported.
+        unsafe { get(self.0, &mut out) }?;
         Ok(out)
     }
 }
@@ -102,29 +84,13 @@ pub fn compile_cubin(program: &str, source: &str, arch: &str, options: &[String]
     }
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
 
-    let mut raw = std::ptr::null_mut();
-    nvrtc_check(
-        // SAFETY: NUL-terminated source and name that outlive the call; no headers.
-        unsafe {
-            sys::nvrtcCreateProgram(
-                &mut raw,
-                src.as_ptr(),
-                name.as_ptr(),
-                0,
-                std::ptr::null(),
-                std::ptr::null(),
-            )
-        },
-        "creating an NVRTC program",
-    )?;
-    let prog = Program(raw);
+    // SAFETY: the library is loaded; the program is owned by `prog`, which destroys it once.
+    let prog = Program(unsafe { result::create_program(&src, &name) }?);
     // SAFETY: live program; `opt_ptrs` points to NUL-terminated strings that outlive the call.
-    let res = unsafe { sys::nvrtcCompileProgram(prog.0, opt_ptrs.len() as i32, opt_ptrs.as_ptr()) };
-    if res == sys::nvrtcResult::NVRTC_ERROR_COMPILATION {
-        let log = prog.read(sys::nvrtcGetProgramLogSize, sys::nvrtcGetProgramLog, "reading the NVRTC log")?;
+    if unsafe { result::compile_program(prog.0, &opt_ptrs) }? == Compiled::CompileError {
+        let log = prog.read(result::program_log_size, result::program_log)?;
         let log = String::from_utf8_lossy(&log).trim_end_matches('\0').trim_end().to_string();
         return Err(Error::Compile { program: program.to_string(), log });
     }
-    nvrtc_check(res, "compiling CUDA C")?;
-    prog.read(sys::nvrtcGetCUBINSize, sys::nvrtcGetCUBIN, "reading the compiled CUBIN")
+    prog.read(result::cubin_size, result::cubin)
 }

@@ -6,6 +6,7 @@
 
 mod cache;
 mod compile;
+mod result;
 
 pub use cache::{CacheOrigin, CompiledKernel, KernelCache};
 pub use compile::{compile_cubin, nvrtc_version};

@@ -2,6 +2,7 @@
 
 use super::comm::Communicator;
 use super::matching::Desc;
+use super::result;
 use crate::error::{Error, Result};
 use crate::memory::{Access, DeviceBuffer, DeviceRepr};
 use crate::stream::Stream;
@@ -124,26 +125,29 @@ impl Collective {
 /// `comm` is a live communicator of the device whose stream `stream` is; `send` and `recv` are
 /// device allocations of that device holding the lengths [`Collective::count`] checked for
 /// `count`, `recv` not aliasing `send`; the caller orders their other uses.
-pub(super) unsafe fn raw_call(
+pub(super) unsafe fn raw_call<T: NcclScalar>(
     kind: Collective,
-    dtype: sys::ncclDataType_t,
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
     comm: sys::ncclComm_t,
     stream: sys::cudaStream_t,
-) -> sys::ncclResult_t {
+    during: &'static str,
+) -> Result<()> {
+    let dtype = T::DATA_TYPE;
     // SAFETY: (every arm) the caller's contract; the root was checked against the group's size,
     // which fits an i32 (checked at creation).
     unsafe {
         match kind {
-            Collective::AllReduce(op) => sys::ncclAllReduce(send, recv, count, dtype, op.raw(), comm, stream),
-            Collective::AllGather => sys::ncclAllGather(send, recv, count, dtype, comm, stream),
+            Collective::AllReduce(op) => {
+                result::all_reduce(send, recv, count, dtype, op.raw(), comm, stream, during)
+            }
+            Collective::AllGather => result::all_gather(send, recv, count, dtype, comm, stream, during),
             Collective::ReduceScatter(op) => {
-                sys::ncclReduceScatter(send, recv, count, dtype, op.raw(), comm, stream)
+                result::reduce_scatter(send, recv, count, dtype, op.raw(), comm, stream, during)
             }
             Collective::Broadcast { root } => {
-                sys::ncclBroadcast(send, recv, count, dtype, root as i32, comm, stream)
+                result::broadcast(send, recv, count, dtype, root as i32, comm, stream, during)
             }
         }
     }
@@ -232,8 +236,10 @@ impl Communicator {
             // nothing; `ordered` orders the buffers' other uses and records the call's. NCCL
             // allocates nothing on the stream for an initialised communicator and calls nothing of
             // this crate.
-            let res = unsafe { raw_call(kind, T::DATA_TYPE, sp, rp, count, comm, stream.raw() as _) };
-            super::check(res, "queueing an NCCL collective").inspect_err(|e| self.group().matching.poison(e))
+            let res = unsafe {
+                raw_call::<T>(kind, sp, rp, count, comm, stream.raw() as _, "queueing an NCCL collective")
+            };
+            res.inspect_err(|e| self.group().matching.poison(e))
         })
     }
 

@@ -1,7 +1,7 @@
 //! `Communicator`: one rank of a group of NCCL communicators created together in this process.
 
 use super::matching::Matching;
-use super::{check, load};
+use super::{load, result};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use cudarc::nccl::sys;
@@ -33,13 +33,13 @@ impl Drop for Group {
         // SAFETY: the handles are live and owned by this group; nothing else uses them any more
         // (every handle, and every graph that recorded a collective, held this group).
         unsafe {
-            let _ = sys::ncclGroupStart();
+            let _ = result::group_start();
             for &c in &self.comms {
-                let _ = sys::ncclCommFinalize(c);
+                let _ = result::comm_finalize(c);
             }
-            let _ = sys::ncclGroupEnd();
+            let _ = result::group_end();
             for &c in &self.comms {
-                let _ = sys::ncclCommDestroy(c);
+                let _ = result::comm_destroy(c);
             }
         }
         crate::device::forget_binding();
@@ -102,8 +102,7 @@ impl Communicator {
         let mut comms = vec![std::ptr::null_mut(); devices.len()];
         // SAFETY: `comms` has room for `n` handles and `ordinals` holds `n` valid, distinct device
         // ordinals (opened devices, whose primary contexts NCCL's runtime calls will use).
-        let res = unsafe { sys::ncclCommInitAll(comms.as_mut_ptr(), n, ordinals.as_ptr()) };
-        check(res, "creating NCCL communicators (ncclCommInitAll)")?;
+        unsafe { result::comm_init_all(&mut comms, n, &ordinals) }?;
         let locks = devices.iter().map(|_| Mutex::new(())).collect();
         let matching = Matching::new(devices.len());
         let group = Arc::new(Group { comms, devices: devices.to_vec(), locks, matching });

@@ -9,12 +9,12 @@
 
 use super::collective::{raw_call, Collective, NcclScalar};
 use super::comm::Communicator;
-use super::{check, ReduceOp};
+use super::result;
+use super::ReduceOp;
 use crate::error::{Error, Result};
 use crate::memory::{Access, DeviceBuffer};
 use crate::stream::Stream;
 use crate::track::GroupPart;
-use cudarc::nccl::sys;
 use std::ffi::c_void;
 
 /// One rank's part of a grouped collective.
@@ -124,19 +124,28 @@ pub fn run<T: NcclScalar>(kind: Collective, ranks: &mut [Rank<'_, T>]) -> Result
         // each `recv` is borrowed mutably, so it aliases nothing; `ordered_group` queued every
         // rank's waits before and records its marks after the group, whose work NCCL puts on the
         // streams at `ncclGroupEnd`. Every issued call is inside the group, which is always ended.
-        let started = check(unsafe { sys::ncclGroupStart() }, "starting an NCCL group");
+        let started = unsafe { result::group_start() };
         started.inspect_err(|e| group.matching.poison(e))?;
         let mut issued = Ok(());
         for &(comm, stream, sp, rp) in &calls {
             // SAFETY: see above.
-            let res = unsafe { raw_call(kind, T::DATA_TYPE, sp, rp, count, comm, stream as _) };
-            issued = check(res, "queueing an NCCL collective in a group");
+            issued = unsafe {
+                raw_call::<T>(
+                    kind,
+                    sp,
+                    rp,
+                    count,
+                    comm,
+                    stream as _,
+                    "queueing an NCCL collective in a group",
+                )
+            };
             if issued.is_err() {
                 break;
             }
         }
         // SAFETY: closes the group opened above.
-        let ended = check(unsafe { sys::ncclGroupEnd() }, "ending an NCCL group (launching its collectives)");
+        let ended = unsafe { result::group_end() };
         issued.and(ended).inspect_err(|e| group.matching.poison(e))
     })
 }

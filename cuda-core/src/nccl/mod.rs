@@ -66,30 +66,15 @@ mod collective;
 mod comm;
 pub mod grouped;
 mod matching;
+mod result;
 
 pub use collective::{Collective, NcclScalar, ReduceOp};
 pub use comm::Communicator;
 
 use crate::error::{Error, Result};
-use cudarc::nccl::sys;
 
 /// The oldest NCCL this module accepts (`ncclCommFinalize` appeared in 2.14).
 pub const MIN_NCCL_VERSION: (u32, u32) = (2, 14);
-
-/// NCCL's error for `during`.
-fn status_error(status: sys::ncclResult_t, during: &'static str) -> Error {
-    Error::Library { library: "NCCL", status: format!("{status:?}"), during }
-}
-
-/// Turns an `ncclResult_t` into `Ok(())` or an [`Error::Library`] naming `during`.
-fn check(status: sys::ncclResult_t, during: &'static str) -> Result<()> {
-    // A call into NCCL may have switched the thread's current device (through the CUDA runtime).
-    crate::device::forget_binding();
-    match status {
-        sys::ncclResult_t::ncclSuccess => Ok(()),
-        s => Err(status_error(s, during)),
-    }
-}
 
 /// Loads `libnccl` once and checks its version, or says what is missing.
 fn library() -> Result<()> {
@@ -104,8 +89,7 @@ fn load() -> Result<()> {
 }
 
 fn load_once() -> Result<()> {
-    // SAFETY: `is_culib_present` only tries to dlopen the candidate names and closes them again.
-    if !unsafe { sys::is_culib_present() } {
+    if !result::library_present() {
         return Err(Error::LibraryMissing {
             library: "libnccl.so (NCCL)",
             searched: cudarc::get_lib_name_candidates("nccl").join(", "),
@@ -141,10 +125,8 @@ fn nvls_off() -> Result<()> {
 }
 
 fn raw_version() -> Result<(u32, u32, u32)> {
-    let mut v = 0;
-    // SAFETY: the library is present; valid out-pointer.
-    check(unsafe { sys::ncclGetVersion(&mut v) }, "reading the NCCL version")?;
-    let v = v as u32;
+    // SAFETY: the library is present.
+    let v = unsafe { result::get_version() }? as u32;
     // Since 2.9 the code is major * 10000 + minor * 100 + patch (before: * 1000 + * 100).
     Ok(if v >= 20900 {
         (v / 10000, (v % 10000) / 100, v % 100)

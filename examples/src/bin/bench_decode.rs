@@ -144,6 +144,7 @@ fn prompt_ids(n: usize, vocab: u32) -> Vec<u32> {
 /// largest prefill bucket, the last one wanting the next token; returns the median ms of `reps`
 /// runs after one warm-up, and the token (the same in every run, or an error).
 fn ttft(m: &mut LlamaModel, n: usize, reps: usize) -> Result<(f64, u32)> {
+    ensure!(reps > 0 && n > 0, "time to first token needs a prompt and at least one repetition");
     let vocab = m.config().vocab as u32;
     let prompt = prompt_ids(n, vocab);
     let chunk = m.options().prefill_buckets.last().copied().unwrap_or(1);
@@ -171,7 +172,7 @@ fn ttft(m: &mut LlamaModel, n: usize, reps: usize) -> Result<(f64, u32)> {
 
 /// The prefill's logits for a prompt of `n` ids agree with the decode path fed token by token.
 fn check_prefill(m: &mut LlamaModel, n: usize) -> Result<()> {
-    ttft(m, n, 0)?;
+    ttft(m, n, 1)?;
     let lp = m.last_prefill_logits()?;
     let vocab = m.config().vocab as u32;
     let prompt = prompt_ids(n, vocab);

@@ -70,18 +70,29 @@ fn wait_raw(stream: &Stream, other: &CudaStream, during: &'static str) -> Result
     let state = stream.lock();
     crate::track::state::refuse_if_capturing(&state, during)?;
     stream.device().bind()?;
+    // A wait on an event recorded inside cudarc's capture would pull this stream into that
+    // capture, unknown to this crate. `cuStreamIsCapturing` is legal during a capture (an event
+    // query is not: it would invalidate the caller's capture), so the status is read before and
+    // after the record: a capture that began before the record is seen by the second read, one
+    // that begins after it cannot have captured the event.
+    refuse_if_foreign_capture(other)?;
     let ev = other.record_event(None).map_err(cudarc_err(during))?;
-    // SAFETY: a live event, just recorded.
-    match unsafe { result::event_query(ev.cu_event()) } {
-        Err(e) if e.driver_error_name() == Some("CUDA_ERROR_CAPTURED_EVENT") => {
-            return Err(Error::Capture("waiting for a cudarc stream that is being captured"));
-        }
-        Err(e) => return Err(e),
-        Ok(_) => {}
-    }
+    refuse_if_foreign_capture(other)?;
     // SAFETY: live stream (its lock held) and a live event of the same (primary) context,
-    // recorded outside any capture (checked).
+    // recorded while `other` was not capturing (checked after the record).
     unsafe { result::stream_wait_event(stream.raw(), ev.cu_event(), during) }
+}
+
+/// [`Error::Capture`] while cudarc's stream `other` is being captured (read with
+/// `cuStreamIsCapturing`, which never disturbs the capture).
+fn refuse_if_foreign_capture(other: &CudaStream) -> Result<()> {
+    // SAFETY: `other` is a live stream (borrowed for the call).
+    let status = unsafe { result::stream_is_capturing(other.cu_stream()) }?;
+    if status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        Ok(())
+    } else {
+        Err(Error::Capture("waiting for or ordering a cudarc stream that is being captured"))
+    }
 }
 
 /// The raw `other` waits for `ev` (already recorded).
@@ -294,6 +305,9 @@ impl Stream {
             ev.record_locked(self)?;
             ev
         };
+        // A wait queued into cudarc's capture on an event recorded outside it would invalidate
+        // that capture: refused instead.
+        refuse_if_foreign_capture(other)?;
         raw_waits(other, &ev, DURING)
     }
 

@@ -212,6 +212,7 @@ fn cudarc_capture_not_joined() -> TestResult {
     let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
     cs.begin_capture(mode).map_err(|e| e.to_string())?;
     let refused = s.wait_for_cudarc(&cs);
+    let refused_order = s.order_cudarc_after(&cs);
     let xh = random_f32(&mut rng(), 4099);
     let used = DeviceBuffer::from_host(&s, &xh).and_then(|x| x.to_vec());
     let graph = cs.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(|e| e.to_string())?;
@@ -220,7 +221,15 @@ fn cudarc_capture_not_joined() -> TestResult {
         matches!(refused, Err(cuda_core::Error::Capture(_))),
         format!("waiting for a capturing cudarc stream is refused, got {refused:?}"),
     )?;
+    ensure(
+        matches!(refused_order, Err(cuda_core::Error::Capture(_))),
+        format!("ordering a capturing cudarc stream after ours is refused, got {refused_order:?}"),
+    )?;
     ensure(used.ok() == Some(xh), "our stream ran its work outside cudarc's capture")?;
+    // Once cudarc's capture has ended, both directions work again.
+    s.wait_for_cudarc(&cs)?;
+    s.order_cudarc_after(&cs)?;
+    cs.synchronize().map_err(|e| e.to_string())?;
     s.synchronize()?;
     Ok(())
 }

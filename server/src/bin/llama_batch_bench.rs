@@ -116,7 +116,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         "ttft_ms": outcome.ttft_ms,
         "tpot_ms": outcome.tpot_ms,
         "verify": outcome.verify,
-        "model": {"shape": if args.fake { "fake".to_string() } else { args.shape.clone() }, "dir": args.model.as_ref().map(|d| d.display().to_string()), "slots": limits.slots, "max_seq": limits.max_seq},
+        "model": model_json(&args, limits.slots, limits.max_seq),
         "command": std::env::args().collect::<Vec<_>>().join(" "),
     });
     let text = serde_json::to_string_pretty(&report)?;
@@ -132,4 +132,37 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// What the report says of the model: the seeded shape's name, or for `--model` the folder and
+/// the dimensions of its `config.json` (the seeded `--shape` is not used then).
+fn model_json(args: &Args, slots: u32, max_seq: u32) -> serde_json::Value {
+    let (shape, config) = match (&args.model, args.fake) {
+        (_, true) => ("fake".to_string(), serde_json::Value::Null),
+        (None, false) => (args.shape.clone(), serde_json::Value::Null),
+        (Some(dir), false) => {
+            let cfg: serde_json::Value = std::fs::read_to_string(dir.join("config.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or(serde_json::Value::Null);
+            let keys = [
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "intermediate_size",
+                "vocab_size",
+            ];
+            let picked: serde_json::Map<String, serde_json::Value> =
+                keys.iter().filter_map(|k| cfg.get(*k).map(|v| (k.to_string(), v.clone()))).collect();
+            ("hf-dir".to_string(), serde_json::Value::Object(picked))
+        }
+    };
+    serde_json::json!({
+        "shape": shape,
+        "config": config,
+        "dir": args.model.as_ref().map(|d| d.display().to_string()),
+        "slots": slots,
+        "max_seq": max_seq,
+    })
 }

@@ -159,6 +159,52 @@ fn awaits_resolve_after_their_work() -> TestResult {
     Ok(())
 }
 
+/// CPU time of the calling thread.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer; CLOCK_THREAD_CPUTIME_ID exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// A lone awaiter of a slow op (3 ms of GPU time) on a current-thread runtime: the engine predicts
+/// the op's duration from the previous await and wakes the task shortly before the end (the early
+/// wake), and the task spins only for that last stretch. Every await after the first fires an
+/// early wake, none resolves before its kernel finished, and the awaiting thread's CPU time stays
+/// well below the wall time (it sleeps through most of each op).
+///
+/// Mutations it catches: no alarm set in `DeviceFuture::submit` (no early wake fires); a poll
+/// that spins until the op ends instead of from the alarm on (CPU share); an alarm poll that
+/// resolves without the op being complete (`late`).
+fn early_wake_before_the_end() -> TestResult {
+    let d = dev()?;
+    let s = Stream::new(&d)?;
+    set_await_spin_policy(AwaitSpin::default());
+    set_completion_policy(CompletionPolicy::default());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let mut buf = DeviceBuffer::<f32>::zeros(&s, 256)?;
+    s.synchronize()?;
+    let before = cuda_async::early_wakes();
+    let (mut late, mut cpu, mut wall) = (0, Duration::ZERO, Duration::ZERO);
+    for k in 0..6 {
+        let (c0, t0) = (thread_cpu(), Instant::now());
+        let ev = rt.block_on(SlowThenEvent { buf: &mut buf, ns: 3_000_000 }.into_op().on(&s))?;
+        if k > 0 {
+            cpu += thread_cpu().saturating_sub(c0);
+            wall += t0.elapsed();
+        }
+        late += usize::from(!ev.query()?);
+    }
+    let fired = cuda_async::early_wakes() - before;
+    ensure(late == 0, format!("{late} awaits resolved before their kernel finished"))?;
+    ensure(fired >= 4, format!("{fired} early wakes over 5 awaits with a prediction (want >= 4)"))?;
+    ensure(
+        cpu.as_secs_f64() < 0.7 * wall.as_secs_f64(),
+        format!("the awaiting thread was on the CPU for {cpu:?} of {wall:?}: it spun through the op"),
+    )?;
+    ensure(buf.to_vec()?.iter().all(|&v| v == 1.0), "the kernels' writes")
+}
+
 /// A waker that, when woken, awaits another op to completion right there (on the thread that
 /// wakes it: an engine thread) and reports where it ran and what it got.
 struct NestedAwait {
@@ -374,6 +420,7 @@ fn main() {
     let mut s = Suite::new();
     s.gpu("progress_marks", progress_marks)
         .gpu("awaits_resolve_after_their_work", awaits_resolve_after_their_work)
+        .gpu("early_wake_before_the_end", early_wake_before_the_end)
         .gpu("awaited_fault_is_an_error_not_a_hang", awaited_fault_is_an_error_not_a_hang)
         .gpu("waker_awaits_again_on_the_engine_thread", waker_awaits_again_on_the_engine_thread);
     s.run()

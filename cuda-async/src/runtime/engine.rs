@@ -60,6 +60,15 @@ struct Pending {
     /// which must happen on the thread that owns any capture still open on it. A handle reused by
     /// a new stream can only delay a partial sweep's check, never skip a full one.
     stream: usize,
+    /// An early wake (see [`AwaitSpin::early_wake`](crate::scheduling::AwaitSpin::early_wake)):
+    /// the task's waker, woken once at this instant if the op is still pending then.
+    alarm: Option<Alarm>,
+}
+
+/// A waker to wake at an instant (an early wake, shortly before an op's predicted end).
+pub(crate) struct Alarm {
+    pub(crate) at: Instant,
+    pub(crate) waker: Waker,
 }
 
 /// New work for one engine thread, and whether that thread is asleep on [`Shard::wake`].
@@ -270,6 +279,7 @@ pub(crate) fn watch(
     stream: &Stream,
     wait: Wait,
     completion: Arc<Completion>,
+    alarm: Option<Alarm>,
 ) {
     // On an engine thread (a waker that runs a task inline and awaits again), handing the op to
     // an engine could mean handing it to this very thread, which is busy: wait here instead.
@@ -282,7 +292,7 @@ pub(crate) fn watch(
             if matches!(wait, Wait::Mark(_)) {
                 MARKS_WATCHED.fetch_add(1, Ordering::Relaxed);
             }
-            inbox.ops.push(Pending { wait, completion, stream: stream.raw() as usize });
+            inbox.ops.push(Pending { wait, completion, stream: stream.raw() as usize, alarm });
             let asleep = inbox.sleeping;
             drop(inbox);
             if asleep {
@@ -315,6 +325,16 @@ static MARKS_WATCHED: AtomicU64 = AtomicU64::new(0);
 #[doc(hidden)]
 pub fn marks_watched() -> u64 {
     MARKS_WATCHED.load(Ordering::Relaxed)
+}
+
+/// Early wakes fired since the process started (a test hook: see
+/// [`AwaitSpin::early_wake`](crate::scheduling::AwaitSpin::early_wake)).
+static EARLY_WAKES: AtomicU64 = AtomicU64::new(0);
+
+/// How many early wakes the completion engine has fired so far (a test hook).
+#[doc(hidden)]
+pub fn early_wakes() -> u64 {
+    EARLY_WAKES.load(Ordering::Relaxed)
 }
 
 thread_local! {
@@ -397,6 +417,22 @@ fn run(e: &'static Engine, shard: &'static Shard) {
                 });
             }
         }
+        // Early wakes that are due: the op is still pending, its task wants to be polled now
+        // (it spins for the last stretch). Each fires once.
+        let now = Instant::now();
+        let mut next_alarm: Option<Instant> = None;
+        for p in work.pending.iter_mut() {
+            match p.alarm.as_ref().map(|a| a.at) {
+                Some(at) if at <= now => {
+                    if let Some(a) = p.alarm.take() {
+                        EARLY_WAKES.fetch_add(1, Ordering::Relaxed);
+                        work.wakers.push_back(a.waker);
+                    }
+                }
+                Some(at) => next_alarm = Some(next_alarm.map_or(at, |n| n.min(at))),
+                None => {}
+            }
+        }
         let progressed = work.pending.len() < before;
         if progressed {
             work.last_progress = Instant::now();
@@ -419,8 +455,10 @@ fn run(e: &'static Engine, shard: &'static Shard) {
             std::thread::yield_now();
         } else {
             // Sleep, but wake early for new work.
+            // ... and never past an alarm.
+            let nap = next_alarm.map_or(nap, |at| nap.min(at.saturating_duration_since(Instant::now())));
             let mut inbox = shard.lock();
-            if inbox.ops.is_empty() {
+            if inbox.ops.is_empty() && !nap.is_zero() {
                 inbox.sleeping = true;
                 let (mut inbox, _) = shard.wake.wait_timeout(inbox, nap).unwrap_or_else(|p| p.into_inner());
                 inbox.sleeping = false;

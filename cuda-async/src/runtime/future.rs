@@ -7,7 +7,10 @@
 //! resolve on the first poll with no cross-thread wake-up. Otherwise it hands that event to the completion engine
 //! (`runtime::engine`), whose library-owned thread completes a lock-free
 //! [`Completion`](super::completion::Completion) when the work has finished — or failed — and wakes
-//! the task from there (never from a driver callback). No thread is spawned per op, and an executor
+//! the task from there (never from a driver callback). A lone awaiter of an op predicted to take
+//! longer than the spin is also woken shortly before the predicted end and spins for that last
+//! stretch (the policy's early wake), so its thread is awake when the work finishes instead of
+//! paying the operating system's wake-up latency. No thread is spawned per op, and an executor
 //! thread spins only within the policy's bound and never blocks (except when the engine's thread
 //! could not be started, or when a waker running on an engine thread awaits again: then the op is
 //! waited for on the calling thread).
@@ -39,8 +42,9 @@ enum Target {
 
 enum State<O: DeviceOp> {
     NotSubmitted(O, Target),
-    /// Handed to the completion engine; `Solo` if the device had no other pending awaits then.
-    Submitted(O::Output, Arc<Completion>, Option<Solo>),
+    /// Handed to the completion engine; `Solo` if the device had no other pending awaits then,
+    /// and the early wake's spin window if the engine was asked to wake the task early.
+    Submitted(O::Output, Arc<Completion>, Option<Solo>, Option<EarlySpin>),
     /// Completed within the spin budget of the first poll (transient, never stored).
     Ready(O::Output),
     Finished,
@@ -57,6 +61,14 @@ impl Solo {
     fn record(&self) {
         self.engine.record_solo(self.start.elapsed());
     }
+}
+
+/// The window of an early wake (see [`AwaitSpin::early_wake`](scheduling::AwaitSpin::early_wake)):
+/// a poll from `from` on spins until the op completes, but not past `until`.
+#[derive(Clone, Copy)]
+struct EarlySpin {
+    from: Instant,
+    until: Instant,
 }
 
 /// A future that runs an op and resolves to its output once the op's GPU work has completed.
@@ -89,7 +101,7 @@ impl<O: DeviceOp> DeviceFuture<O> {
 
     /// Executes the op; then waits on the executor thread for at most the spin budget (see
     /// [`scheduling::AwaitSpin`]) and otherwise hands the op to the completion engine.
-    fn submit(op: O, target: Target) -> Result<State<O>> {
+    fn submit(op: O, target: Target, waker: &std::task::Waker) -> Result<State<O>> {
         let stream = match target {
             Target::Default => scheduling::default_policy()?.next_stream()?,
             Target::Policy(p) => p.next_stream()?,
@@ -144,9 +156,15 @@ impl<O: DeviceOp> DeviceFuture<O> {
                 std::hint::spin_loop();
             }
         }
+        // A lone awaiter of an op predicted to outlast the spin: the engine wakes the task
+        // shortly before the predicted end, so that its thread is awake when the work finishes.
+        let early = engine
+            .and_then(|_| policy.early_wake_after(others, predicted, budget))
+            .map(|after| EarlySpin { from: start + after, until: start + after + policy.early_wake * 2 });
+        let alarm = early.map(|e| super::engine::Alarm { at: e.from, waker: waker.clone() });
         let completion = Completion::new();
-        super::engine::watch(engine, &stream, wait, completion.clone());
-        Ok(State::Submitted(output, completion, solo))
+        super::engine::watch(engine, &stream, wait, completion.clone(), alarm);
+        Ok(State::Submitted(output, completion, solo, early))
     }
 }
 
@@ -159,19 +177,35 @@ impl<O: DeviceOp> Future for DeviceFuture<O> {
             let State::NotSubmitted(op, target) = std::mem::replace(&mut this.state, State::Finished) else {
                 return Poll::Pending;
             };
-            match Self::submit(op, target) {
+            match Self::submit(op, target, cx.waker()) {
                 Ok(State::Ready(out)) => return Poll::Ready(Ok(out)),
                 Ok(st) => this.state = st,
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }
-        let State::Submitted(_, completion, _) = &this.state else {
+        let State::Submitted(_, completion, _, early) = &mut this.state else {
             return Poll::Ready(Err(DeviceError::Misuse("DeviceFuture polled after completion".into())));
         };
         if completion.poll_complete(cx).is_pending() {
-            return Poll::Pending;
+            // Woken by the early-wake alarm (or polled after it was due): spin for the last
+            // stretch until the engine sees the work complete, within the window, once.
+            match early.take() {
+                Some(window) if Instant::now() >= window.from => {
+                    while !completion.is_complete() && Instant::now() < window.until {
+                        std::hint::spin_loop();
+                    }
+                    if !completion.is_complete() {
+                        // Still running: the engine wakes the task (registered above) when done.
+                        return Poll::Pending;
+                    }
+                }
+                not_yet => {
+                    *early = not_yet;
+                    return Poll::Pending;
+                }
+            }
         }
-        let State::Submitted(out, completion, solo) = std::mem::replace(&mut this.state, State::Finished)
+        let State::Submitted(out, completion, solo, _) = std::mem::replace(&mut this.state, State::Finished)
         else {
             return Poll::Pending;
         };

@@ -135,6 +135,19 @@ fn decode(
     Ok(median(times))
 }
 
+/// Runs `f` and returns its result with the calling thread's CPU time over the wall time it took.
+fn with_cpu_share(f: impl FnOnce() -> Result<f64>) -> Result<(f64, f64)> {
+    fn cpu() -> f64 {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: a valid out-pointer; CLOCK_THREAD_CPUTIME_ID exists on Linux.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    }
+    let (c0, t0) = (cpu(), Instant::now());
+    let r = f()?;
+    Ok((r, (cpu() - c0) / t0.elapsed().as_secs_f64().max(1e-9)))
+}
+
 /// A prompt of `n` pseudo-random ids below `vocab`.
 fn prompt_ids(n: usize, vocab: u32) -> Vec<u32> {
     (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761).wrapping_add(i) % vocab).collect()
@@ -327,16 +340,45 @@ fn main() -> Result<()> {
         );
         rows.push(json!({"batch": b, "graph_ms": graph, "eager_ms": eager, "floor_ms": floor, "floor_share": floor / graph, "bytes_per_step": bytes}));
     }
-    // Awaited vs blocking at batch 1, interleaved.
-    let (mut blocking, mut awaited) = (Vec::new(), Vec::new());
+    // Awaited vs blocking at batch 1, interleaved: awaited on a current-thread runtime and on a
+    // multi-thread one (block_on drives the step on the calling thread, as a task's poll would),
+    // and with the early wake off; the calling thread's CPU time over wall time beside each.
+    use cuda_async::scheduling::{await_spin_policy, set_await_spin_policy, AwaitSpin};
+    let rt_mt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let spin = await_spin_policy();
+    let no_early = AwaitSpin { early_wake: std::time::Duration::ZERO, ..spin };
+    let (mut blocking, mut awaited, mut awaited_mt, mut awaited_late) = (vec![], vec![], vec![], vec![]);
+    let (mut cpu_bl, mut cpu_aw, mut cpu_late) = (vec![], vec![], vec![]);
     for _ in 0..3 {
-        blocking.push(decode(&mut m, &rt, 1, 8, a.steps, 2, 0)?);
-        awaited.push(decode(&mut m, &rt, 1, 8, a.steps, 2, 2)?);
+        let (ms, cpu) = with_cpu_share(|| decode(&mut m, &rt, 1, 8, a.steps, 2, 0))?;
+        blocking.push(ms);
+        cpu_bl.push(cpu);
+        let (ms, cpu) = with_cpu_share(|| decode(&mut m, &rt, 1, 8, a.steps, 2, 2))?;
+        awaited.push(ms);
+        cpu_aw.push(cpu);
+        awaited_mt.push(decode(&mut m, &rt_mt, 1, 8, a.steps, 2, 2)?);
+        set_await_spin_policy(no_early);
+        let late = with_cpu_share(|| decode(&mut m, &rt, 1, 8, a.steps, 2, 2));
+        set_await_spin_policy(spin);
+        let (ms, cpu) = late?;
+        awaited_late.push(ms);
+        cpu_late.push(cpu);
     }
-    let (bl, aw) = (median(blocking), median(awaited));
+    let (bl, aw, aw_mt, aw_late) =
+        (median(blocking), median(awaited), median(awaited_mt), median(awaited_late));
+    let (cpu_bl, cpu_aw, cpu_late) = (median(cpu_bl), median(cpu_aw), median(cpu_late));
     println!(
-        "batch 1, 8 positions: blocking {bl:.4} ms/step, awaited from tokio {aw:.4} ms/step ({:+.1} us)",
-        (aw - bl) * 1e3
+        "batch 1, 8 positions: blocking {bl:.4} ms/step, awaited from tokio {aw:.4} ms/step ({:+.1} us; \
+         multi-thread runtime {aw_mt:.4}, {:+.1} us; early wake off {aw_late:.4}, {:+.1} us)",
+        (aw - bl) * 1e3,
+        (aw_mt - bl) * 1e3,
+        (aw_late - bl) * 1e3
+    );
+    println!(
+        "calling thread on the CPU: blocking {:.0}%, awaited {:.0}%, awaited with the early wake off {:.0}%",
+        cpu_bl * 100.0,
+        cpu_aw * 100.0,
+        cpu_late * 100.0
     );
     let wake_us = park_wake_latency_us(std::time::Duration::from_secs_f64(bl / 1e3));
     println!("OS floor: a thread parked for one step ({bl:.3} ms) runs {wake_us:.1} us after its unpark (median of 50)");
@@ -428,7 +470,10 @@ fn main() -> Result<()> {
     let report = json!({
         "bench": "decode", "gpu": dev.name(), "shape": if a.small { "small" } else { "llama-3.2-1b" },
         "context": a.context, "steps": a.steps, "reps": a.reps, "rows": rows, "buckets": buckets,
-        "await_vs_blocking_us": (aw - bl) * 1e3, "os_park_wake_us": wake_us, "fused_small_batch": !a.no_fused, "blocking_ms": bl, "awaited_ms": aw, "torch": torch,
+        "await_vs_blocking_us": (aw - bl) * 1e3, "os_park_wake_us": wake_us,
+        "awaited_multi_thread_ms": aw_mt, "await_multi_thread_vs_blocking_us": (aw_mt - bl) * 1e3,
+        "awaited_no_early_wake_ms": aw_late, "await_no_early_wake_vs_blocking_us": (aw_late - bl) * 1e3,
+        "blocking_cpu_share": cpu_bl, "awaited_cpu_share": cpu_aw, "awaited_no_early_wake_cpu_share": cpu_late, "fused_small_batch": !a.no_fused, "blocking_ms": bl, "awaited_ms": aw, "torch": torch,
         "gpt_fast": gpt_fast, "ttft": ttft_ms, "prefill_buckets": prefill_buckets,
     });
     if let Some(p) = &a.json {

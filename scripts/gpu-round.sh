@@ -13,6 +13,7 @@
 #     serve             scripts/serve-check.sh (HEALTH_S 240, LOAD_S 200 unless set)
 #     bench:NAME[:ARGS] one benchmark program of the bundle, --json into the logs (ARGS: words
 #                       separated by colons, e.g. bench:bench-decode:--ttft:128,512,2048)
+#     run:NAME[:ARGS]   one program of the bundle as is (ARGS as for bench:)
 #
 # Parallel jobs share the GPU: their timings are not reported from such a round; correctness is.
 set -uo pipefail
@@ -48,6 +49,11 @@ for job in "$@"; do
       spec=${job#bench:}
       IFS=: read -r -a words <<<"$spec"
       cmd=(".gpu-bundle/bin/${words[0]}" "${words[@]:1}" --json "$L/$name.json")
+      ;;
+    run:*)
+      spec=${job#run:}
+      IFS=: read -r -a words <<<"$spec"
+      cmd=(".gpu-bundle/bin/${words[0]}" "${words[@]:1}")
       ;;
     *)
       echo "unknown job: $job" >&2

@@ -10,19 +10,20 @@
 //! ```no_run
 //! use cuda_core::{Device, DeviceBuffer};
 //! use half::bf16;
-//! use kernels::gemv::Gemv;
+//! use kernels::gemv::{Gemv, GemvShape};
 //! # fn main() -> cuda_core::Result<()> {
 //! let s = Device::new(0)?.new_stream()?;
 //! let g = Gemv::get(s.device())?;
 //! let x = DeviceBuffer::from_host(&s, &[bf16::ONE; 16])?; // 1 row of 16
 //! let w = DeviceBuffer::from_host(&s, &[bf16::from_f32(0.5); 32])?; // 2 outputs x 16 inputs
 //! let mut y = DeviceBuffer::from_host(&s, &[bf16::ONE; 2])?;
-//! g.residual(&s, &x, &w, &mut y, 1, 16, 2)?; // y = 1 + 16 * 0.5
+//! g.residual(&s, &x, &w, &mut y, GemvShape { rows: 1, in_dim: 16, out_dim: 2 })?; // y = 1 + 16 * 0.5
 //! assert_eq!(y.to_vec()?, vec![bf16::from_f32(9.0); 2]);
 //! # Ok(()) }
 //! ```
 
 use crate::checks::{dim, len_check, mul, same_device};
+use crate::llama::RmsNorm;
 use cuda_core::{Device, DeviceBuffer, Error, Function, LaunchConfig, PerDevice, Result, Stream};
 use half::bf16;
 
@@ -65,6 +66,34 @@ pub struct Gemv {
 /// The compiled row count for `rows` (1, 2, 4 or 8) and its index.
 fn bucket(rows: usize) -> Option<(usize, usize)> {
     [1usize, 2, 4, 8].iter().copied().enumerate().find(|&(_, r)| r >= rows).map(|(i, r)| (r, i))
+}
+
+/// The dimensions of one fused product ([`Gemv::norm`], [`Gemv::norm_f32`],
+/// [`Gemv::norm_swiglu`], [`Gemv::residual`]): `rows` input rows of `in_dim` features mapped to
+/// `out_dim` features per row. Every launcher checks the shape before launching anything, and each
+/// buffer's length against it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GemvShape {
+    /// Rows of the input and the output (the batch): `1..=`[`GEMV_MAX_ROWS`], checked
+    /// ([`Gemv::fits`]).
+    pub rows: usize,
+    /// Features per input row (columns of `x` and of the weight): a positive multiple of 8 (rows
+    /// of 16-byte loads) whose staged rows fit [`GEMV_MAX_SHARED`] bytes, checked
+    /// ([`Gemv::fits`]).
+    pub in_dim: usize,
+    /// Features per output row (columns of `y`): at most [`GEMV_MAX_OUT`], checked; `0` launches
+    /// nothing. The weight has `out_dim` rows, or `2 * out_dim` (gate then up) for
+    /// [`Gemv::norm_swiglu`].
+    pub out_dim: usize,
+}
+
+/// The buffers of a fused RMSNorm + product (`Gemv::norm_launch`); `Y` is the output's element
+/// type, the one the variant's kernel writes.
+struct NormIo<'a, Y: cuda_core::DeviceRepr> {
+    x: &'a DeviceBuffer<bf16>,
+    norm: RmsNorm<'a>,
+    w: &'a DeviceBuffer<bf16>,
+    y: &'a mut DeviceBuffer<Y>,
 }
 
 impl Gemv {
@@ -139,22 +168,21 @@ impl Gemv {
         Ok((idx, cfg, args))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The launch of [`Gemv::norm`], [`Gemv::norm_f32`] and [`Gemv::norm_swiglu`]: `kernels` is
+    /// the variant's kernel set and `w_rows` the rows its weight holds (`out`, or `2 * out` for
+    /// SwiGLU).
     fn norm_launch<Y: cuda_core::DeviceRepr>(
         &self,
         kernels: &ByRows,
         during: &'static str,
         s: &Stream,
-        x: &DeviceBuffer<bf16>,
-        norm_w: &DeviceBuffer<bf16>,
-        eps: f32,
-        w: &DeviceBuffer<bf16>,
-        y: &mut DeviceBuffer<Y>,
-        rows: usize,
-        in_dim: usize,
-        out: usize,
+        io: NormIo<'_, Y>,
+        shape: GemvShape,
         w_rows: usize,
     ) -> Result<()> {
+        let NormIo { x, norm, w, y } = io;
+        let RmsNorm { weight: norm_w, eps } = norm;
+        let GemvShape { rows, in_dim, out_dim: out } = shape;
         let (idx, cfg, [rows32, in32, out32, split]) =
             self.plan(s, during, &[x.device(), norm_w.device(), w.device(), y.device()], rows, in_dim, out)?;
         len_check("fused product: x must hold rows * in", mul(rows, in_dim)?, x.len())?;
@@ -178,125 +206,78 @@ impl Gemv {
         }
     }
 
-    /// `y = bf16(RMSNorm(x) · wᵀ)`: `x[rows][in]`, `norm_w[in]`, `w[out][in]`, `y[rows][out]`.
+    /// `y = bf16(RMSNorm(x) · wᵀ)`: `x[rows][in]`, `norm.weight[in]`, `w[out][in]`, `y[rows][out]`
+    /// (`rows`, `in` = `shape.in_dim` and `out` = `shape.out_dim`).
     ///
     /// # Errors
-    /// A shape [`Gemv::fits`] refuses, lengths that do not fit it, devices that differ, driver
-    /// errors.
-    #[allow(clippy::too_many_arguments)]
+    /// A shape [`Gemv::fits`] refuses or with `out >` [`GEMV_MAX_OUT`], lengths that do not fit
+    /// it, devices that differ, driver errors.
     pub fn norm(
         &self,
         s: &Stream,
         x: &DeviceBuffer<bf16>,
-        norm_w: &DeviceBuffer<bf16>,
-        eps: f32,
+        norm: RmsNorm<'_>,
         w: &DeviceBuffer<bf16>,
         y: &mut DeviceBuffer<bf16>,
-        rows: usize,
-        in_dim: usize,
-        out: usize,
+        shape: GemvShape,
     ) -> Result<()> {
-        self.norm_launch(
-            &self.norm,
-            "fused RMSNorm + product",
-            s,
-            x,
-            norm_w,
-            eps,
-            w,
-            y,
-            rows,
-            in_dim,
-            out,
-            out,
-        )
+        let io = NormIo { x, norm, w, y };
+        self.norm_launch(&self.norm, "fused RMSNorm + product", s, io, shape, shape.out_dim)
     }
 
     /// `y = RMSNorm(x) · wᵀ` in `f32` (logits): shapes as [`Gemv::norm`].
     ///
     /// # Errors
     /// As for [`Gemv::norm`].
-    #[allow(clippy::too_many_arguments)]
     pub fn norm_f32(
         &self,
         s: &Stream,
         x: &DeviceBuffer<bf16>,
-        norm_w: &DeviceBuffer<bf16>,
-        eps: f32,
+        norm: RmsNorm<'_>,
         w: &DeviceBuffer<bf16>,
         y: &mut DeviceBuffer<f32>,
-        rows: usize,
-        in_dim: usize,
-        out: usize,
+        shape: GemvShape,
     ) -> Result<()> {
-        self.norm_launch(
-            &self.norm_f32,
-            "fused RMSNorm + product (f32)",
-            s,
-            x,
-            norm_w,
-            eps,
-            w,
-            y,
-            rows,
-            in_dim,
-            out,
-            out,
-        )
+        let io = NormIo { x, norm, w, y };
+        self.norm_launch(&self.norm_f32, "fused RMSNorm + product (f32)", s, io, shape, shape.out_dim)
     }
 
     /// SwiGLU after a fused RMSNorm: `[g | u] = bf16(RMSNorm(x) · w_gate_upᵀ)` with
     /// `w_gate_up[2 * inter][in]` (gate rows first), `y[r][i] = bf16(bf16(silu(g)) * u)`,
-    /// `y[rows][inter]`.
+    /// `y[rows][inter]`; here `shape.out_dim` is `inter`, the width of `y` (half the rows of
+    /// `w_gate_up`).
     ///
     /// # Errors
-    /// As for [`Gemv::norm`].
-    #[allow(clippy::too_many_arguments)]
+    /// As for [`Gemv::norm`]; also `2 * inter` overflowing `usize`.
     pub fn norm_swiglu(
         &self,
         s: &Stream,
         x: &DeviceBuffer<bf16>,
-        norm_w: &DeviceBuffer<bf16>,
-        eps: f32,
+        norm: RmsNorm<'_>,
         w_gate_up: &DeviceBuffer<bf16>,
         y: &mut DeviceBuffer<bf16>,
-        rows: usize,
-        in_dim: usize,
-        inter: usize,
+        shape: GemvShape,
     ) -> Result<()> {
-        let w_rows = mul(inter, 2)?;
-        self.norm_launch(
-            &self.norm_swiglu,
-            "fused RMSNorm + gate/up product + SwiGLU",
-            s,
-            x,
-            norm_w,
-            eps,
-            w_gate_up,
-            y,
-            rows,
-            in_dim,
-            inter,
-            w_rows,
-        )
+        let w_rows = mul(shape.out_dim, 2)?;
+        let io = NormIo { x, norm, w: w_gate_up, y };
+        self.norm_launch(&self.norm_swiglu, "fused RMSNorm + gate/up product + SwiGLU", s, io, shape, w_rows)
     }
 
     /// `y = bf16(y + bf16(x · wᵀ))` (a product added into the residual stream, rounded as
-    /// Hugging Face's bf16 modules round): `x[rows][in]`, `w[out][in]`, `y[rows][out]`.
+    /// Hugging Face's bf16 modules round): `x[rows][in]`, `w[out][in]`, `y[rows][out]` (`rows`,
+    /// `in` = `shape.in_dim` and `out` = `shape.out_dim`).
     ///
     /// # Errors
     /// As for [`Gemv::norm`].
-    #[allow(clippy::too_many_arguments)]
     pub fn residual(
         &self,
         s: &Stream,
         x: &DeviceBuffer<bf16>,
         w: &DeviceBuffer<bf16>,
         y: &mut DeviceBuffer<bf16>,
-        rows: usize,
-        in_dim: usize,
-        out: usize,
+        shape: GemvShape,
     ) -> Result<()> {
+        let GemvShape { rows, in_dim, out_dim: out } = shape;
         let (idx, cfg, [rows32, in32, out32, split]) = self.plan(
             s,
             "fused product + residual",

@@ -11,14 +11,14 @@
 //! ```no_run
 //! use cuda_core::{Device, DeviceBuffer};
 //! use half::bf16;
-//! use kernels::llama::LlamaKernels;
+//! use kernels::llama::{LlamaKernels, RmsNorm};
 //! # fn main() -> cuda_core::Result<()> {
 //! let s = Device::new(0)?.new_stream()?;
 //! let k = LlamaKernels::get(s.device())?;
 //! let x = DeviceBuffer::from_host(&s, &[bf16::from_f32(3.0); 8])?;
 //! let w = DeviceBuffer::from_host(&s, &[bf16::ONE; 8])?;
 //! let mut y = DeviceBuffer::<bf16>::zeros(&s, 8)?;
-//! k.rmsnorm(&s, &x, &w, &mut y, 1, 8, 1e-5)?; // each element / rms(x) = 1
+//! k.rmsnorm(&s, &x, RmsNorm { weight: &w, eps: 1e-5 }, &mut y, 1, 8)?; // each element / rms(x) = 1
 //! assert!(y.to_vec()?.iter().all(|v| (v.to_f32() - 1.0).abs() < 1e-2));
 //! # Ok(()) }
 //! ```
@@ -167,17 +167,53 @@ impl AttnShape {
     }
 }
 
-/// The buffers of one attention launch; `K` is `&mut DeviceBuffer` for the decode attention (it
-/// appends to the caches) and `&DeviceBuffer` for the cached one (it only reads them).
-struct AttnIo<'a, K> {
-    qkv: &'a DeviceBuffer<bf16>,
-    k_cache: K,
-    v_cache: K,
-    slots: &'a DeviceBuffer<u32>,
-    positions: &'a DeviceBuffer<u32>,
-    inv_freq: &'a DeviceBuffer<f32>,
-    out: &'a mut DeviceBuffer<bf16>,
-    scratch: (&'a mut DeviceBuffer<f32>, &'a mut DeviceBuffer<u32>),
+/// An RMSNorm's parameters (Hugging Face's `LlamaRMSNorm`): its learned per-feature weight and
+/// the epsilon added to the mean square. Taken by [`LlamaKernels::rmsnorm`] and by the fused
+/// products of [`crate::gemv`].
+#[derive(Clone, Copy)]
+pub struct RmsNorm<'a> {
+    /// The per-feature weight, `hidden` bf16 values (the width of the normalised rows; each
+    /// launcher checks the length against its shape).
+    pub weight: &'a DeviceBuffer<bf16>,
+    /// Added to the mean of the squares before the reciprocal square root (the model's
+    /// `rms_norm_eps`); not checked.
+    pub eps: f32,
+}
+
+/// The rows and the key/value caches of one attention launch ([`LlamaKernels::rope_attention`],
+/// [`LlamaKernels::attention_cached`], [`LlamaKernels::rope_append`]). `C` is how the caches are
+/// borrowed: `&mut DeviceBuffer<bf16>` where the launch appends to them, `&DeviceBuffer<bf16>`
+/// where it only reads them. `rows` below is the launch's row count: [`AttnShape::batch`] for the
+/// attention launches, `slots.len()` for [`LlamaKernels::rope_append`]. Every length is checked
+/// against the launch's [`AttnShape`] and row count before anything is launched; the values in
+/// `slots` and `positions` live in device memory and are checked by the kernels.
+pub struct AttnBuffers<'a, C> {
+    /// Each row's projected `[q | k | v]`: `rows * (heads + 2 * kv_heads) * head_dim` bf16
+    /// values ([`AttnShape::qkv_row`] per row).
+    pub qkv: &'a DeviceBuffer<bf16>,
+    /// One layer's key cache, `[slots][kv_heads][max_seq][head_dim]` ([`AttnShape::cache_len`]
+    /// values).
+    pub k_cache: C,
+    /// One layer's value cache, laid out as `k_cache`.
+    pub v_cache: C,
+    /// Each row's cache slot (`rows` values): below [`AttnShape::slots`], or [`INACTIVE`] for a
+    /// padding row.
+    pub slots: &'a DeviceBuffer<u32>,
+    /// Each row's position in its slot (`rows` values): below [`AttnShape::max_seq`].
+    pub positions: &'a DeviceBuffer<u32>,
+    /// The rotary inverse frequencies, `head_dim / 2` values.
+    pub inv_freq: &'a DeviceBuffer<f32>,
+}
+
+/// The split-K workspace of one attention launch ([`LlamaKernels::rope_attention`],
+/// [`LlamaKernels::attention_cached`]); lengths checked against the launch's [`AttnShape`].
+pub struct AttnScratch<'a> {
+    /// The blocks' partial results, [`AttnShape::partial_len`] values.
+    pub partial: &'a mut DeviceBuffer<f32>,
+    /// One counter per (row, key/value head), [`AttnShape::counters_len`] values: zero before the
+    /// first launch that uses them (as `DeviceBuffer::zeros` gives); every launch leaves them
+    /// zero again.
+    pub counters: &'a mut DeviceBuffer<u32>,
 }
 
 /// The decoder kernels, loaded on one device.
@@ -279,23 +315,23 @@ impl LlamaKernels {
     }
 
     /// `out[r] = w * x[r] / rms(x[r])` for `r < rows` (Hugging Face's `LlamaRMSNorm`, bf16
-    /// rounding as there). Any number of rows (one block per row over a capped grid,
-    /// [`rmsnorm_config`]); `hidden` a multiple of 8 up to [`MAX_NORM_HIDDEN`].
+    /// rounding as there), with `w` = `norm.weight` and `norm.eps` added to the mean square;
+    /// `x[rows][hidden]`, `out[rows][hidden]`. Any number of rows (one block per row over a
+    /// capped grid, [`rmsnorm_config`]); `hidden` a multiple of 8 up to [`MAX_NORM_HIDDEN`].
     ///
     /// # Errors
     /// `x` and `out` not `rows * hidden`, `w` not `hidden`; `hidden` not a multiple of 8 or above
     /// [`MAX_NORM_HIDDEN`]; devices that differ; driver errors.
-    #[allow(clippy::too_many_arguments)]
     pub fn rmsnorm(
         &self,
         s: &Stream,
         x: &DeviceBuffer<bf16>,
-        w: &DeviceBuffer<bf16>,
+        norm: RmsNorm<'_>,
         out: &mut DeviceBuffer<bf16>,
         rows: usize,
         hidden: usize,
-        eps: f32,
     ) -> Result<()> {
+        let RmsNorm { weight: w, eps } = norm;
         self.same_device(s, "RMSNorm", &[x.device(), w.device(), out.device()])?;
         let n = mul(rows, hidden)?;
         len_check("RMSNorm: x must hold rows * hidden", n, x.len())?;
@@ -347,14 +383,16 @@ impl LlamaKernels {
     }
 
     /// Rotary embedding + KV-cache append + grouped-query attention for one layer: for each row
-    /// `b`, rotates its new key and queries by position `positions[b]`, writes key and value to
-    /// the caches at `(slots[b], positions[b])`, and attends over positions `0..=positions[b]` of
-    /// that slot, writing `out[b][heads * head_dim]`. `qkv[b]` holds `[q | k | v]`, the caches are
+    /// `b < shape.batch`, rotates its new key and queries by position `positions[b]`, writes key
+    /// and value to the caches at `(slots[b], positions[b])`, and attends over positions
+    /// `0..=positions[b]` of that slot, writing `out[b][heads * head_dim]`. The buffers are
+    /// `io`'s ([`AttnBuffers`]): `qkv[b]` holds `[q | k | v]`, the caches are
     /// `[slots][kv_heads][max_seq][head_dim]`, `inv_freq[head_dim / 2]`. Slot [`INACTIVE`] marks
     /// a padding row (zero output, no cache access); any other slot or position out of range
     /// gives the row NaN outputs and touches no cache memory. `scratch` is the split-K workspace
-    /// (`partial` of [`AttnShape::partial_len`] and `counters` of [`AttnShape::counters_len`],
-    /// zeroed before the first launch: every launch leaves the counters zero again).
+    /// ([`AttnScratch`]: `partial` of [`AttnShape::partial_len`] and `counters` of
+    /// [`AttnShape::counters_len`], zeroed before the first launch: every launch leaves the
+    /// counters zero again).
     ///
     /// # Errors
     /// An invalid shape ([`AttnShape::validate`], which also refuses `batch >` [`MAX_BATCH`],
@@ -362,31 +400,24 @@ impl LlamaKernels {
     /// devices that differ, driver errors.
     ///
     /// # Safety
-    /// `scratch.1` must hold zeros before the first launch that uses it (as
+    /// `scratch.counters` must hold zeros before the first launch that uses it (as
     /// `DeviceBuffer::zeros` gives; each launch restores them). The entries of `slots` other than
-    /// [`INACTIVE`] must be distinct whenever the kernel runs
+    /// [`INACTIVE`] (`io.slots`) must be distinct whenever the kernel runs
     /// (also at every replay of a graph it is captured into): two rows with one slot would write
     /// and read the same cache rows from different blocks, a data race. Device memory cannot be
     /// checked from here; callers that fill `slots` themselves (as `models::llama` does) check
     /// it on the host.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn rope_attention(
         &self,
         s: &Stream,
-        qkv: &DeviceBuffer<bf16>,
-        k_cache: &mut DeviceBuffer<bf16>,
-        v_cache: &mut DeviceBuffer<bf16>,
-        slots: &DeviceBuffer<u32>,
-        positions: &DeviceBuffer<u32>,
-        inv_freq: &DeviceBuffer<f32>,
+        io: AttnBuffers<'_, &mut DeviceBuffer<bf16>>,
         out: &mut DeviceBuffer<bf16>,
-        scratch: (&mut DeviceBuffer<f32>, &mut DeviceBuffer<u32>),
+        scratch: AttnScratch<'_>,
         shape: AttnShape,
     ) -> Result<()> {
-        let io = AttnIo { qkv, k_cache, v_cache, slots, positions, inv_freq, out, scratch };
         // SAFETY: the caller upholds this function's contract, which is the helper's for
         // `appended == false`.
-        unsafe { self.attention_launch(s, io, shape, false) }
+        unsafe { self.attention_launch(s, io, out, scratch, shape, false) }
     }
 
     /// The attention of [`LlamaKernels::rope_attention`] for rows whose key and value are already
@@ -402,27 +433,20 @@ impl LlamaKernels {
     /// As for [`LlamaKernels::rope_attention`].
     ///
     /// # Safety
-    /// `scratch.1` must hold zeros before the first launch that uses it (as
+    /// `scratch.counters` must hold zeros before the first launch that uses it (as
     /// `DeviceBuffer::zeros` gives; each launch restores them). Slots may repeat.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn attention_cached(
         &self,
         s: &Stream,
-        qkv: &DeviceBuffer<bf16>,
-        k_cache: &DeviceBuffer<bf16>,
-        v_cache: &DeviceBuffer<bf16>,
-        slots: &DeviceBuffer<u32>,
-        positions: &DeviceBuffer<u32>,
-        inv_freq: &DeviceBuffer<f32>,
+        io: AttnBuffers<'_, &DeviceBuffer<bf16>>,
         out: &mut DeviceBuffer<bf16>,
-        scratch: (&mut DeviceBuffer<f32>, &mut DeviceBuffer<u32>),
+        scratch: AttnScratch<'_>,
         shape: AttnShape,
     ) -> Result<()> {
-        let io = AttnIo { qkv, k_cache, v_cache, slots, positions, inv_freq, out, scratch };
         // SAFETY: the caller upholds the counters' contract; with `appended` the kernel never
         // writes the caches (they are passed as shared references), so repeated slots share
         // only reads.
-        unsafe { self.attention_launch(s, io, shape, true) }
+        unsafe { self.attention_launch(s, io, out, scratch, shape, true) }
     }
 
     /// The launch of [`LlamaKernels::rope_attention`] (`appended == false`) or
@@ -434,15 +458,17 @@ impl LlamaKernels {
     unsafe fn attention_launch<K>(
         &self,
         s: &Stream,
-        io: AttnIo<'_, K>,
+        io: AttnBuffers<'_, K>,
+        out: &mut DeviceBuffer<bf16>,
+        scratch: AttnScratch<'_>,
         shape: AttnShape,
         appended: bool,
     ) -> Result<()>
     where
         K: std::ops::Deref<Target = DeviceBuffer<bf16>> + KernelParam,
     {
-        let AttnIo { qkv, k_cache, v_cache, slots, positions, inv_freq, out, scratch } = io;
-        let (partial, counters) = scratch;
+        let AttnBuffers { qkv, k_cache, v_cache, slots, positions, inv_freq } = io;
+        let AttnScratch { partial, counters } = scratch;
         let devices = [
             qkv.device(),
             k_cache.device(),

@@ -20,7 +20,7 @@
 //! ```
 
 use crate::checks::{len_check, mul};
-use crate::llama::{embed_config, AttnShape, LlamaKernels};
+use crate::llama::{embed_config, AttnBuffers, AttnShape, LlamaKernels};
 use cuda_core::{DeviceBuffer, LaunchConfig, Result, Stream};
 use half::bf16;
 
@@ -39,12 +39,12 @@ pub fn rope_append_config(rows: usize, kv_heads: usize) -> LaunchConfig {
 }
 
 impl LlamaKernels {
-    /// For every row `r < rows` (`rows = slots.len()`): rotates the row's new key by
+    /// For every row `r < rows` (`rows = io.slots.len()`): rotates the row's new key by
     /// `positions[r]` exactly as [`LlamaKernels::rope_attention`] does (cos/sin and the result
     /// rounded to bf16) and writes key and value to the caches at `(slots[r], positions[r])`.
-    /// `qkv[r]` holds `[q | k | v]`, the caches are `[slots][kv_heads][max_seq][head_dim]`,
-    /// `inv_freq[head_dim / 2]`; `shape.batch` is not used (the rows are `slots.len()`, any
-    /// number). Rows of slot [`INACTIVE`](crate::llama::INACTIVE), and rows whose slot or position is out of range,
+    /// The buffers are `io`'s ([`AttnBuffers`]): `qkv[r]` holds `[q | k | v]`, the caches are
+    /// `[slots][kv_heads][max_seq][head_dim]`, `inv_freq[head_dim / 2]`; `shape.batch` is not
+    /// used (the rows are `slots.len()`, any number). Rows of slot [`INACTIVE`](crate::llama::INACTIVE), and rows whose slot or position is out of range,
     /// write nothing. Queued ahead of [`LlamaKernels::attention_cached`] over the same rows.
     ///
     /// # Errors
@@ -57,19 +57,14 @@ impl LlamaKernels {
     /// distinct whenever the kernel runs (also at every replay of a graph it is captured into):
     /// two rows writing the same cache entry from different blocks are a data race. Device
     /// memory cannot be checked from here; `models::llama` checks the values on the host.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn rope_append(
         &self,
         s: &Stream,
-        qkv: &DeviceBuffer<bf16>,
-        k_cache: &mut DeviceBuffer<bf16>,
-        v_cache: &mut DeviceBuffer<bf16>,
-        slots: &DeviceBuffer<u32>,
-        positions: &DeviceBuffer<u32>,
-        inv_freq: &DeviceBuffer<f32>,
+        io: AttnBuffers<'_, &mut DeviceBuffer<bf16>>,
         shape: AttnShape,
     ) -> Result<()> {
         const DURING: &str = "rope append";
+        let AttnBuffers { qkv, k_cache, v_cache, slots, positions, inv_freq } = io;
         let devices = [
             qkv.device(),
             k_cache.device(),

@@ -10,7 +10,7 @@
 use cuda_async_tests::{ensure, rng, Failed, Suite, TestResult};
 use cuda_core::{Device, DeviceBuffer, Stream};
 use half::bf16;
-use kernels::llama::{AttnShape, LlamaKernels};
+use kernels::llama::{AttnBuffers, AttnScratch, AttnShape, LlamaKernels};
 use rand::Rng;
 
 fn stream() -> Result<Stream, Failed> {
@@ -54,14 +54,16 @@ fn check(shape: AttnShape, positions: &[u32]) -> TestResult {
         unsafe {
             k.rope_attention(
                 &s,
-                &d_qkv,
-                &mut d_kc,
-                &mut d_vc,
-                &d_slots,
-                &d_pos,
-                &d_inv,
+                AttnBuffers {
+                    qkv: &d_qkv,
+                    k_cache: &mut d_kc,
+                    v_cache: &mut d_vc,
+                    slots: &d_slots,
+                    positions: &d_pos,
+                    inv_freq: &d_inv,
+                },
                 &mut out,
-                (&mut partial, &mut counters),
+                AttnScratch { partial: &mut partial, counters: &mut counters },
                 shape,
             )?
         };

@@ -10,7 +10,9 @@
 use cuda_async_tests::{ensure, Failed, Suite, TestResult};
 use cuda_core::{Device, DeviceBuffer, Error, Stream};
 use half::bf16;
-use kernels::llama::{AttnShape, LlamaKernels, MAX_BATCH, MAX_SEQ, MAX_VOCAB};
+use kernels::llama::{
+    AttnBuffers, AttnScratch, AttnShape, LlamaKernels, RmsNorm, MAX_BATCH, MAX_SEQ, MAX_VOCAB,
+};
 use kernels::Kernels;
 
 fn stream() -> Result<Stream, Failed> {
@@ -109,7 +111,7 @@ fn rmsnorm_beyond_the_grid() -> TestResult {
     let x = DeviceBuffer::from_host(&s, &xh)?;
     let w = DeviceBuffer::from_host(&s, &wh)?;
     let mut out = DeviceBuffer::<bf16>::filled(&s, rows * hidden, bf16::NAN)?;
-    k.rmsnorm(&s, &x, &w, &mut out, rows, hidden, eps)?;
+    k.rmsnorm(&s, &x, RmsNorm { weight: &w, eps }, &mut out, rows, hidden)?;
     let got = out.to_vec()?;
     for r in 0..rows {
         let xr = &xh[r * hidden..(r + 1) * hidden];
@@ -169,14 +171,16 @@ fn launcher_refusals() -> TestResult {
         let r = unsafe {
             k.rope_attention(
                 &s,
-                &qkv,
-                &mut kc,
-                &mut vc,
-                &slots,
-                &positions,
-                &inv,
+                AttnBuffers {
+                    qkv: &qkv,
+                    k_cache: &mut kc,
+                    v_cache: &mut vc,
+                    slots: &slots,
+                    positions: &positions,
+                    inv_freq: &inv,
+                },
                 &mut o,
-                (&mut partial, &mut counters),
+                AttnScratch { partial: &mut partial, counters: &mut counters },
                 shape,
             )
         };

@@ -8,7 +8,7 @@
 use cuda_async_tests::{ensure, Failed, Suite, TestResult};
 use cuda_core::{Device, DeviceBuffer, Stream};
 use half::bf16;
-use kernels::llama::{AttnShape, LlamaKernels, INACTIVE};
+use kernels::llama::{AttnBuffers, AttnScratch, AttnShape, LlamaKernels, RmsNorm, INACTIVE};
 use models::llama::{DeviceWeights, HostWeights, LlamaConfig, LlamaModel, ModelOptions, Row};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -533,14 +533,16 @@ fn kernel_guards() -> TestResult {
     unsafe {
         k.rope_attention(
             &s,
-            &qkv,
-            &mut kc,
-            &mut vc,
-            &slots,
-            &positions,
-            &inv,
+            AttnBuffers {
+                qkv: &qkv,
+                k_cache: &mut kc,
+                v_cache: &mut vc,
+                slots: &slots,
+                positions: &positions,
+                inv_freq: &inv,
+            },
             &mut out,
-            (&mut partial, &mut counters),
+            AttnScratch { partial: &mut partial, counters: &mut counters },
             shape,
         )?
     };
@@ -622,7 +624,7 @@ fn cancelled_step_keeps_slots_intact() -> TestResult {
 /// take are refused.
 fn fused_products_match_host() -> TestResult {
     use cuda_async_tests::{assert_close, rng};
-    use kernels::gemv::Gemv;
+    use kernels::gemv::{Gemv, GemvShape};
     use rand::Rng;
     let s = stream()?;
     let g = Gemv::get(s.device())?;
@@ -671,17 +673,38 @@ fn fused_products_match_host() -> TestResult {
         let what = format!("{rows} rows x {in_dim} -> {out}");
 
         let mut y = DeviceBuffer::from_host(&s, &vec![bf16::NAN; rows * out])?;
-        g.norm(&s, &dx, &dnw, 1e-5, &dw1, &mut y, rows, in_dim, out)?;
+        g.norm(
+            &s,
+            &dx,
+            RmsNorm { weight: &dnw, eps: 1e-5 },
+            &dw1,
+            &mut y,
+            GemvShape { rows, in_dim, out_dim: out },
+        )?;
         assert_close(&f(&y.to_vec()?), &each(&|r, o| bf(dot(&normed, r, o))), tol)
             .map_err(|e| format!("norm, {what}: {e:?}"))?;
 
         let mut y = DeviceBuffer::from_host(&s, &vec![f32::NAN; rows * out])?;
-        g.norm_f32(&s, &dx, &dnw, 1e-5, &dw1, &mut y, rows, in_dim, out)?;
+        g.norm_f32(
+            &s,
+            &dx,
+            RmsNorm { weight: &dnw, eps: 1e-5 },
+            &dw1,
+            &mut y,
+            GemvShape { rows, in_dim, out_dim: out },
+        )?;
         assert_close(&y.to_vec()?, &each(&|r, o| dot(&normed, r, o)), 2e-3)
             .map_err(|e| format!("norm_f32, {what}: {e:?}"))?;
 
         let mut y = DeviceBuffer::from_host(&s, &vec![bf16::NAN; rows * out])?;
-        g.norm_swiglu(&s, &dx, &dnw, 1e-5, &dw, &mut y, rows, in_dim, out)?;
+        g.norm_swiglu(
+            &s,
+            &dx,
+            RmsNorm { weight: &dnw, eps: 1e-5 },
+            &dw,
+            &mut y,
+            GemvShape { rows, in_dim, out_dim: out },
+        )?;
         let swiglu = |r: usize, o: usize| {
             let (gt, up) = (bf(dot(&normed, r, o)), bf(dot(&normed, r, o + out)));
             bf(bf(gt / (1.0 + (-gt).exp())) * up)
@@ -690,7 +713,7 @@ fn fused_products_match_host() -> TestResult {
             .map_err(|e| format!("norm_swiglu, {what}: {e:?}"))?;
 
         let mut y = DeviceBuffer::from_host(&s, &y0)?;
-        g.residual(&s, &dx, &dw1, &mut y, rows, in_dim, out)?;
+        g.residual(&s, &dx, &dw1, &mut y, GemvShape { rows, in_dim, out_dim: out })?;
         let y0f = f(&y0);
         assert_close(&f(&y.to_vec()?), &each(&|r, o| bf(y0f[r * out + o] + bf(dot(&xf, r, o)))), tol)
             .map_err(|e| format!("residual, {what}: {e:?}"))?;
@@ -702,7 +725,7 @@ fn fused_products_match_host() -> TestResult {
         let mut y = DeviceBuffer::from_host(&s, &vec![bf16::ZERO; rows])?;
         let xs = DeviceBuffer::from_host(&s, &x.to_vec()?[..rows * in_dim])?;
         ensure(
-            g.residual(&s, &xs, &w, &mut y, rows, in_dim, 1).is_err(),
+            g.residual(&s, &xs, &w, &mut y, GemvShape { rows, in_dim, out_dim: 1 }).is_err(),
             format!("{rows} rows of {in_dim} accepted"),
         )?;
     }
@@ -713,7 +736,7 @@ fn fused_products_match_host() -> TestResult {
     let mut y1 = DeviceBuffer::from_host(&s, &[bf16::ZERO; 1])?;
     let huge = kernels::gemv::GEMV_MAX_OUT + 1;
     ensure(
-        g.residual(&s, &x1, &w1, &mut y1, 1, 8, huge).is_err(),
+        g.residual(&s, &x1, &w1, &mut y1, GemvShape { rows: 1, in_dim: 8, out_dim: huge }).is_err(),
         "an output count past the 32-bit bound was accepted",
     )?;
     Ok(())

@@ -13,7 +13,7 @@
 use cuda_async_tests::{ensure, rng, Failed, Suite, TestResult};
 use cuda_core::{Device, DeviceBuffer, Stream};
 use half::bf16;
-use kernels::llama::{AttnShape, LlamaKernels, INACTIVE};
+use kernels::llama::{AttnBuffers, AttnScratch, AttnShape, LlamaKernels, INACTIVE};
 use kernels::sample::uniform;
 use models::llama::{
     DeviceWeights, HostWeights, LlamaConfig, LlamaModel, ModelOptions, PrefillSeq, Row, Sampling,
@@ -58,7 +58,20 @@ fn check_chunk(shape: AttnShape, rows: &[(u32, u32)]) -> TestResult {
     let mut partial = DeviceBuffer::<f32>::filled(&s, shape.partial_len(), f32::NAN)?;
     let mut counters = DeviceBuffer::<u32>::zeros(&s, shape.counters_len())?;
     // SAFETY: the test's active (slot, position) pairs are distinct.
-    unsafe { k.rope_append(&s, &d_qkv, &mut d_kc, &mut d_vc, &d_slots, &d_pos, &d_inv, shape)? };
+    unsafe {
+        k.rope_append(
+            &s,
+            AttnBuffers {
+                qkv: &d_qkv,
+                k_cache: &mut d_kc,
+                v_cache: &mut d_vc,
+                slots: &d_slots,
+                positions: &d_pos,
+                inv_freq: &d_inv,
+            },
+            shape,
+        )?
+    };
     // Twice: the second launch checks that the first left the counters at zero (and that the
     // attention does not write the caches: the second reads what the first did).
     for _ in 0..2 {
@@ -66,14 +79,16 @@ fn check_chunk(shape: AttnShape, rows: &[(u32, u32)]) -> TestResult {
         unsafe {
             k.attention_cached(
                 &s,
-                &d_qkv,
-                &d_kc,
-                &d_vc,
-                &d_slots,
-                &d_pos,
-                &d_inv,
+                AttnBuffers {
+                    qkv: &d_qkv,
+                    k_cache: &d_kc,
+                    v_cache: &d_vc,
+                    slots: &d_slots,
+                    positions: &d_pos,
+                    inv_freq: &d_inv,
+                },
                 &mut out,
-                (&mut partial, &mut counters),
+                AttnScratch { partial: &mut partial, counters: &mut counters },
                 shape,
             )?
         };
@@ -199,14 +214,16 @@ fn check_chunk(shape: AttnShape, rows: &[(u32, u32)]) -> TestResult {
         unsafe {
             k.rope_attention(
                 &s,
-                &q1,
-                &mut kc1,
-                &mut vc1,
-                &sl1,
-                &ps1,
-                &d_inv,
+                AttnBuffers {
+                    qkv: &q1,
+                    k_cache: &mut kc1,
+                    v_cache: &mut vc1,
+                    slots: &sl1,
+                    positions: &ps1,
+                    inv_freq: &d_inv,
+                },
                 &mut o1,
-                (&mut p1, &mut c1),
+                AttnScratch { partial: &mut p1, counters: &mut c1 },
                 one,
             )?
         };

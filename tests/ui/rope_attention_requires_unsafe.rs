@@ -3,7 +3,7 @@
 
 use cuda_core::{Device, DeviceBuffer};
 use half::bf16;
-use kernels::llama::{AttnShape, LlamaKernels};
+use kernels::llama::{AttnBuffers, AttnScratch, AttnShape, LlamaKernels};
 
 fn main() -> cuda_core::Result<()> {
     let s = Device::new(0)?.new_stream()?;
@@ -16,6 +16,8 @@ fn main() -> cuda_core::Result<()> {
     let mut out = DeviceBuffer::<bf16>::zeros(&s, 32)?;
     let mut partial = DeviceBuffer::<f32>::zeros(&s, shape.partial_len())?;
     let mut counters = DeviceBuffer::<u32>::zeros(&s, shape.counters_len())?;
-    k.rope_attention(&s, &qkv, &mut kc, &mut vc, &slots, &positions, &inv, &mut out, (&mut partial, &mut counters), shape)?;
+    let io = AttnBuffers { qkv: &qkv, k_cache: &mut kc, v_cache: &mut vc, slots: &slots, positions: &positions, inv_freq: &inv };
+    let scratch = AttnScratch { partial: &mut partial, counters: &mut counters };
+    k.rope_attention(&s, io, &mut out, scratch, shape)?;
     Ok(())
 }

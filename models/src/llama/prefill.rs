@@ -18,7 +18,7 @@ use cuda_async::{CudaGraph, DeviceError, DeviceOp, ExecutionContext, GraphNode, 
 use cuda_core::blas::{Blas, Linear};
 use cuda_core::{DeviceBuffer, PinnedBuffer, Stream};
 use half::bf16;
-use kernels::llama::{AttnShape, LlamaKernels, INACTIVE};
+use kernels::llama::{AttnBuffers, AttnScratch, AttnShape, LlamaKernels, RmsNorm, INACTIVE};
 use kernels::sample::{SampleParams, Sampler};
 use std::collections::BTreeMap;
 
@@ -328,6 +328,7 @@ impl DeviceOp for PrefillStep<'_> {
         let s = ctx.stream();
         let (c, l, h, eps) = (buf.chunk, buf.logit_rows, cfg.hidden, cfg.rms_eps as f32);
         let lin = |rows, in_dim, out_dim, accumulate| Linear { rows, in_dim, out_dim, accumulate };
+        let norm = |weight| RmsNorm { weight, eps };
         let shape = AttnShape {
             batch: c as u32,
             heads: cfg.heads as u32,
@@ -339,38 +340,37 @@ impl DeviceOp for PrefillStep<'_> {
         };
         k.embed(s, &buf.tokens, &w.embed, &mut buf.h, h)?;
         for (layer, lw) in w.layers.iter().enumerate() {
-            k.rmsnorm(s, &buf.h, &lw.attn_norm, &mut buf.xn, c, h, eps)?;
+            k.rmsnorm(s, &buf.h, norm(&lw.attn_norm), &mut buf.xn, c, h)?;
             blas.linear(s, &buf.xn, &lw.wqkv, &mut buf.qkv, lin(c, h, cfg.qkv_dim(), false))?;
             let (kc, vc) = (&mut kv.k[layer], &mut kv.v[layer]);
+            let (slots, positions) = (&buf.slots, &buf.positions);
+            let io = AttnBuffers { qkv: &buf.qkv, k_cache: kc, v_cache: vc, slots, positions, inv_freq };
             // SAFETY: `buf.slots`/`buf.positions` are written only by `LlamaModel::prefill` from
             // a checked `Plan`: active slots distinct across pieces, positions distinct within a
             // piece, so the active (slot, position) pairs are distinct; the rest INACTIVE.
-            unsafe { k.rope_append(s, &buf.qkv, kc, vc, &buf.slots, &buf.positions, inv_freq, shape)? };
-            let scratch = (&mut buf.attn_partial, &mut buf.attn_counters);
+            unsafe { k.rope_append(s, io, shape)? };
+            let io = AttnBuffers {
+                qkv: &buf.qkv,
+                k_cache: &kv.k[layer],
+                v_cache: &kv.v[layer],
+                slots,
+                positions,
+                inv_freq,
+            };
+            let scratch = AttnScratch { partial: &mut buf.attn_partial, counters: &mut buf.attn_counters };
             // SAFETY: the counters were allocated zeroed and every launch leaves them zero; the
             // cached kernel only reads the caches (appended by the launch above).
             unsafe {
-                k.attention_cached(
-                    s,
-                    &buf.qkv,
-                    &kv.k[layer],
-                    &kv.v[layer],
-                    &buf.slots,
-                    &buf.positions,
-                    inv_freq,
-                    &mut buf.attn,
-                    scratch,
-                    shape,
-                )?;
+                k.attention_cached(s, io, &mut buf.attn, scratch, shape)?;
             }
             blas.linear(s, &buf.attn, &lw.wo, &mut buf.h, lin(c, cfg.attn_dim(), h, true))?;
-            k.rmsnorm(s, &buf.h, &lw.mlp_norm, &mut buf.xn, c, h, eps)?;
+            k.rmsnorm(s, &buf.h, norm(&lw.mlp_norm), &mut buf.xn, c, h)?;
             blas.linear(s, &buf.xn, &lw.w_gate_up, &mut buf.gu, lin(c, h, 2 * cfg.intermediate, false))?;
             k.silu_mul(s, &buf.gu, &mut buf.act, c, cfg.intermediate)?;
             blas.linear(s, &buf.act, &lw.w_down, &mut buf.h, lin(c, cfg.intermediate, h, true))?;
         }
         k.gather_rows(s, &buf.h, &buf.logit_idx, &mut buf.last_h, h)?;
-        k.rmsnorm(s, &buf.last_h, &w.final_norm, &mut buf.last_xn, l, h, eps)?;
+        k.rmsnorm(s, &buf.last_h, norm(&w.final_norm), &mut buf.last_xn, l, h)?;
         blas.linear(s, &buf.last_xn, w.output(), &mut buf.logits, lin(l, h, cfg.vocab, false))?;
         k.argmax(s, &buf.logits, &mut buf.argmax_scratch, &mut buf.next, cfg.vocab)?;
         sampler.sample(s, &buf.logits, &buf.params, &mut buf.next, l, cfg.vocab)?;

@@ -9,8 +9,8 @@ use cuda_async::{DeviceOp, ExecutionContext, GraphNode, Result};
 use cuda_core::blas::{Blas, Linear};
 use cuda_core::{DeviceBuffer, Stream};
 use half::bf16;
-use kernels::gemv::Gemv;
-use kernels::llama::{AttnShape, LlamaKernels, INACTIVE};
+use kernels::gemv::{Gemv, GemvShape};
+use kernels::llama::{AttnBuffers, AttnScratch, AttnShape, LlamaKernels, RmsNorm, INACTIVE};
 use kernels::sample::{SampleParams, Sampler};
 
 /// The key/value cache of every layer: `[slots][kv_heads][max_seq][head_dim]` per layer.
@@ -164,6 +164,8 @@ impl DeviceOp for DecodeStep<'_> {
         let s = ctx.stream();
         let (b, h, eps) = (buf.batch, cfg.hidden, cfg.rms_eps as f32);
         let lin = |in_dim, out_dim, accumulate| Linear { rows: b, in_dim, out_dim, accumulate };
+        let gemv_shape = |in_dim, out_dim| GemvShape { rows: b, in_dim, out_dim };
+        let norm = |weight| RmsNorm { weight, eps };
         let fused = |in_dim: usize| gemv.filter(|_| Gemv::fits(b, in_dim));
         let shape = AttnShape {
             batch: b as u32,
@@ -177,31 +179,28 @@ impl DeviceOp for DecodeStep<'_> {
         k.embed(s, &buf.tokens, &w.embed, &mut buf.h, h)?;
         for (l, lw) in w.layers.iter().enumerate() {
             if let Some(g) = fused(h) {
-                g.norm(s, &buf.h, &lw.attn_norm, eps, &lw.wqkv, &mut buf.qkv, b, h, cfg.qkv_dim())?;
+                g.norm(s, &buf.h, norm(&lw.attn_norm), &lw.wqkv, &mut buf.qkv, gemv_shape(h, cfg.qkv_dim()))?;
             } else {
-                k.rmsnorm(s, &buf.h, &lw.attn_norm, &mut buf.xn, b, h, eps)?;
+                k.rmsnorm(s, &buf.h, norm(&lw.attn_norm), &mut buf.xn, b, h)?;
                 blas.linear(s, &buf.xn, &lw.wqkv, &mut buf.qkv, lin(h, cfg.qkv_dim(), false))?;
             }
-            let scratch = (&mut buf.attn_partial, &mut buf.attn_counters);
+            let io = AttnBuffers {
+                qkv: &buf.qkv,
+                k_cache: &mut kv.k[l],
+                v_cache: &mut kv.v[l],
+                slots: &buf.slots,
+                positions: &buf.positions,
+                inv_freq,
+            };
+            let scratch = AttnScratch { partial: &mut buf.attn_partial, counters: &mut buf.attn_counters };
             // SAFETY: `buf.slots` is written only by `LlamaModel` from host values it checked:
             // real slots distinct and in range, every other row INACTIVE (see `StepBuffers`);
             // the counters were allocated zeroed and every launch leaves them zero.
             unsafe {
-                k.rope_attention(
-                    s,
-                    &buf.qkv,
-                    &mut kv.k[l],
-                    &mut kv.v[l],
-                    &buf.slots,
-                    &buf.positions,
-                    inv_freq,
-                    &mut buf.attn,
-                    scratch,
-                    shape,
-                )?;
+                k.rope_attention(s, io, &mut buf.attn, scratch, shape)?;
             }
             if let Some(g) = fused(cfg.attn_dim()) {
-                g.residual(s, &buf.attn, &lw.wo, &mut buf.h, b, cfg.attn_dim(), h)?;
+                g.residual(s, &buf.attn, &lw.wo, &mut buf.h, gemv_shape(cfg.attn_dim(), h))?;
             } else {
                 blas.linear(s, &buf.attn, &lw.wo, &mut buf.h, lin(cfg.attn_dim(), h, true))?;
             }
@@ -209,29 +208,33 @@ impl DeviceOp for DecodeStep<'_> {
                 g.norm_swiglu(
                     s,
                     &buf.h,
-                    &lw.mlp_norm,
-                    eps,
+                    norm(&lw.mlp_norm),
                     &lw.w_gate_up,
                     &mut buf.act,
-                    b,
-                    h,
-                    cfg.intermediate,
+                    gemv_shape(h, cfg.intermediate),
                 )?;
             } else {
-                k.rmsnorm(s, &buf.h, &lw.mlp_norm, &mut buf.xn, b, h, eps)?;
+                k.rmsnorm(s, &buf.h, norm(&lw.mlp_norm), &mut buf.xn, b, h)?;
                 blas.linear(s, &buf.xn, &lw.w_gate_up, &mut buf.gu, lin(h, 2 * cfg.intermediate, false))?;
                 k.silu_mul(s, &buf.gu, &mut buf.act, b, cfg.intermediate)?;
             }
             if let Some(g) = fused(cfg.intermediate) {
-                g.residual(s, &buf.act, &lw.w_down, &mut buf.h, b, cfg.intermediate, h)?;
+                g.residual(s, &buf.act, &lw.w_down, &mut buf.h, gemv_shape(cfg.intermediate, h))?;
             } else {
                 blas.linear(s, &buf.act, &lw.w_down, &mut buf.h, lin(cfg.intermediate, h, true))?;
             }
         }
         if let Some(g) = fused(h) {
-            g.norm_f32(s, &buf.h, &w.final_norm, eps, w.output(), &mut buf.logits, b, h, cfg.vocab)?;
+            g.norm_f32(
+                s,
+                &buf.h,
+                norm(&w.final_norm),
+                w.output(),
+                &mut buf.logits,
+                gemv_shape(h, cfg.vocab),
+            )?;
         } else {
-            k.rmsnorm(s, &buf.h, &w.final_norm, &mut buf.xn, b, h, eps)?;
+            k.rmsnorm(s, &buf.h, norm(&w.final_norm), &mut buf.xn, b, h)?;
             blas.linear(s, &buf.xn, w.output(), &mut buf.logits, lin(h, cfg.vocab, false))?;
         }
         k.argmax(s, &buf.logits, &mut buf.argmax_scratch, &mut buf.next, cfg.vocab)?;

@@ -14,17 +14,21 @@
 //!
 //! **Cancellation.** Dropping the future after submission drops the output. That is sound: the
 //! buffers in it are freed stream-ordered after the queued work (see `cuda-core`'s `DeviceBuffer`),
-//! and pinned host buffers wait for their transfer before release. The callback holds its own
-//! reference to the completion, so it completes an orphaned completion harmlessly.
+//! and pinned host buffers wait for their transfer before release. The completion engine holds its
+//! own reference to the completion, so it completes an orphaned completion harmlessly.
+//!
+//! **Errors.** A failure of the op's GPU work resolves the future to
+//! [`DeviceError::Async`] holding the typed [`cuda_core::Error`] exactly as it was detected (the
+//! driver error and the call that found it: the event query, the synchronisation, or the engine's
+//! fault probe), handed over through the completion without being reduced to a code.
 
 use super::await_spin::await_spin_policy;
-use super::completion::Completion;
-use super::engine::Wait;
+use super::engine::{OpCompletion, Wait};
 use super::lock::execute_locked;
 use crate::error::{DeviceError, Result};
 use crate::op::{DeviceOp, Op};
 use crate::scheduling::{self, SchedulingPolicy};
-use cuda_core::{Event, Stream, StreamStatus};
+use cuda_core::{Event, Stream};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -40,7 +44,7 @@ enum Target {
 enum State<O: DeviceOp> {
     NotSubmitted(O, Target),
     /// Handed to the completion engine; `Solo` if the device had no other pending awaits then.
-    Submitted(O::Output, Arc<Completion>, Option<Solo>),
+    Submitted(O::Output, Arc<OpCompletion>, Option<Solo>),
     /// Completed within the spin budget of the first poll (transient, never stored).
     Ready(O::Output),
     Finished,
@@ -136,7 +140,7 @@ impl<O: DeviceOp> DeviceFuture<O> {
                         return Ok(State::Ready(output));
                     }
                     Ok(false) => {}
-                    Err(code) => return Err(DeviceError::Async(async_error(code))),
+                    Err(err) => return Err(DeviceError::Async(err)),
                 }
                 if start.elapsed() >= budget {
                     break;
@@ -144,7 +148,7 @@ impl<O: DeviceOp> DeviceFuture<O> {
                 std::hint::spin_loop();
             }
         }
-        let completion = Completion::new();
+        let completion = OpCompletion::new();
         super::engine::watch(engine, &stream, wait, completion.clone());
         Ok(State::Submitted(output, completion, solo))
     }
@@ -175,24 +179,17 @@ impl<O: DeviceOp> Future for DeviceFuture<O> {
         else {
             return Poll::Pending;
         };
-        match completion.status() {
-            0 => {
+        // The error as the engine found it (the query or synchronisation that saw the failure).
+        match completion.failure().cloned() {
+            None => {
                 if let Some(solo) = solo {
                     solo.record();
                 }
                 Poll::Ready(Ok(out))
             }
-            code => Poll::Ready(Err(DeviceError::Async(async_error(code)))),
+            Some(err) => Poll::Ready(Err(DeviceError::Async(err))),
         }
     }
-}
-
-/// The error of an awaited op whose GPU work failed with driver error `code`.
-fn async_error(code: u32) -> cuda_core::Error {
-    StreamStatus::from_code(code)
-        .into_result("running an awaited op's GPU work")
-        .err()
-        .unwrap_or(cuda_core::Error::InvalidArgument("unknown asynchronous failure".into()))
 }
 
 impl<T: DeviceOp> std::future::IntoFuture for Op<T> {

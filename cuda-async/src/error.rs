@@ -29,9 +29,11 @@ pub enum DeviceError {
         /// What disagreed.
         detail: String,
     },
-    /// The GPU work of an awaited op failed asynchronously: reported by the completion engine (the
-    /// library threads that complete awaited ops by querying their events or progress marks, and
-    /// the device's context for a sticky fault), not by a stream callback (none is queued).
+    /// The GPU work of an awaited op failed asynchronously. Holds the driver error exactly as the
+    /// completion engine (the library threads that complete awaited ops) or the awaiting thread
+    /// detected it: the event query or synchronisation that reported the failure, or, for work
+    /// waited on through a progress mark, the query of the device's context that found its sticky
+    /// fault, each naming what it was doing.
     #[error("GPU work failed asynchronously: {0}")]
     Async(cuda_core::Error),
     /// A shared op's producer failed; every consumer gets this.

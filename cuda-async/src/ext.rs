@@ -85,8 +85,9 @@ pub trait DeviceOpExt: DeviceOp + Sized {
         DeviceFuture::on_stream(self, stream.clone())
     }
 
-    /// Captures the op into a replayable graph on `stream` (nothing runs). See
-    /// [`crate::CudaGraph::capture`].
+    /// Captures the op into a replayable graph on `stream` (nothing runs), with default
+    /// [`CaptureOptions`](crate::CaptureOptions): the one-op shorthand of
+    /// [`CudaGraph::scope`](crate::CudaGraph::scope)`(stream, |s| s.record(op))`.
     ///
     /// # Errors
     /// Capture errors (the stream is already being captured, or the op did something a capture
@@ -116,7 +117,7 @@ pub trait DeviceOpExt: DeviceOp + Sized {
     where
         Self: GraphNode,
     {
-        crate::CudaGraph::capture(stream, self)
+        crate::CudaGraph::scope(stream, |s| s.record(self))
     }
 
     /// Captures the op into a graph on a new stream of the default device (the graph's stream,
@@ -127,7 +128,7 @@ pub trait DeviceOpExt: DeviceOp + Sized {
         Self: GraphNode,
     {
         let stream = Stream::new(&scheduling::default_device()?)?;
-        crate::CudaGraph::capture(&stream, self)
+        crate::CudaGraph::scope(&stream, |s| s.record(self))
     }
 
     /// Wraps the op in [`Op`] so that it can be awaited directly.

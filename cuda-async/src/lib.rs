@@ -13,7 +13,8 @@
 //! - Memory ops ([`memory`], with copies between devices: `memory::copy_peer`) and buffer
 //!   arguments ([`args`]); the [`GraphNode`] marker.
 //! - NCCL collectives as ops (`nccl`, feature `nccl`), recordable into graphs.
-//! - CUDA graphs ([`graph`]): [`CudaGraph::capture`], [`CudaGraph::scope`], `op.graph_on(&s)`,
+//! - CUDA graphs ([`graph`]): [`CudaGraph::scope`] (with options: [`CaptureOptions`]'s
+//!   `scope`), `op.graph_on(&s)`,
 //!   replays as ops, updates, parameter handles, [`DeviceScalar`], the [`Module`] trait and
 //!   [`Replicas`] (many tasks, one `&self`, for [`Replicable`] modules).
 //!

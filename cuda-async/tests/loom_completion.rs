@@ -103,7 +103,7 @@ impl Wake for Unparker {
 
 /// A minimal `block_on`: poll, park until woken, repeat. If a wake-up were lost, the thread
 /// would stay parked forever and loom would report a deadlock.
-fn block_on_completion(c: &Completion) {
+fn block_on_completion<E>(c: &Completion<E>) {
     let waker = Waker::from(std::sync::Arc::new(Unparker(thread::current())));
     let mut cx = Context::from_waker(&waker);
     while c.poll_complete(&mut cx).is_pending() {
@@ -159,20 +159,15 @@ fn completer_vs_poller_replacing_waker_twice() {
     });
 }
 
-/// (3) Two completers (one through the raw-pointer path used by C callbacks) vs a registering
-/// poller: exactly one wake-up or `Ready`, never two, and the `Arc` reference passed through the
-/// raw pointer is released.
+/// (3) Two completers vs a registering poller: exactly one wake-up or `Ready`, never two.
 #[test]
 fn double_complete() {
     loom::model(|| {
-        let c = Completion::new();
-        let raw = Completion::into_raw(c.clone()) as usize;
+        let c = Completion::<()>::new();
         let c1 = c.clone();
+        let c2 = c.clone();
         let t1 = thread::spawn(move || c1.complete());
-        let t2 = thread::spawn(move || {
-            // SAFETY: `raw` came from `into_raw` and is released exactly once, here.
-            unsafe { Completion::complete_from_raw(raw as *mut std::ffi::c_void) }
-        });
+        let t2 = thread::spawn(move || c2.complete());
 
         let (counter, waker) = counting_waker();
         let mut cx = Context::from_waker(&waker);
@@ -186,6 +181,28 @@ fn double_complete() {
     });
 }
 
+/// (3b) Two failing completers vs a parking poller: the poller that observed completion sees
+/// one of the two failures (the boxed value is published by the completion), which stays the same
+/// after both completers returned; the other is dropped.
+#[test]
+fn failing_completers_vs_poller() {
+    loom::model(|| {
+        let c = Completion::<u32>::new();
+        let c1 = c.clone();
+        let c2 = c.clone();
+        let t1 = thread::spawn(move || c1.fail(1));
+        let t2 = thread::spawn(move || c2.fail(2));
+
+        block_on_completion(&c);
+        let failure = c.failure().copied();
+        assert!(matches!(failure, Some(1) | Some(2)), "{failure:?}");
+        t1.join().unwrap();
+        t2.join().unwrap();
+        // The first failure stored is kept: a later completer's is dropped.
+        assert_eq!(c.failure().copied(), failure);
+    });
+}
+
 /// (4) Two pollers (two tasks sharing one `Completion`, outside the intended single-waiter use)
 /// vs the completer: loom checks that the waker slot is never accessed concurrently and nothing
 /// panics. Only one waker is stored, so a waker replaced by the other task's poll is
@@ -194,7 +211,7 @@ fn double_complete() {
 #[test]
 fn two_pollers_vs_completer() {
     loom::model(|| {
-        let c = Completion::new();
+        let c = Completion::<()>::new();
         let c1 = c.clone();
         let completer = thread::spawn(move || c1.complete());
         let c2 = c.clone();

@@ -80,7 +80,7 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// An operation that cannot be part of a stream capture was attempted on a capturing stream
-    /// (an allocation, a blocking or pageable copy, a host callback, a synchronisation). Refused
+    /// (an allocation, a blocking or pageable copy, a synchronisation). Refused
     /// before the driver sees it, so the capture and the context stay usable.
     #[error("not allowed during stream capture: {0}")]
     Capture(&'static str),

@@ -85,4 +85,4 @@ pub use memory::{Allocation, DeviceBuffer, DeviceRepr, MemPool, PeerPath, Pinned
 pub use module::{CudaModule, Function, FunctionAttribute};
 pub use per_device::PerDevice;
 pub use progress::ProgressMark;
-pub use stream::{Stream, StreamStatus};
+pub use stream::Stream;

@@ -1,5 +1,5 @@
-//! GPU suite for `cuda-async` graphs: capture (`CudaGraph::scope`, `capture`, `capture_fn`,
-//! `graph_on`, `graph`), replays as ops on any stream and as futures, updates of inputs between
+//! GPU suite for `cuda-async` graphs: capture (`CudaGraph::scope`, `CaptureOptions::scope`,
+//! `CaptureOptions::record_fn`, `graph_on`, `graph`), replays as ops on any stream and as futures, updates of inputs between
 //! replays, threads capturing while others run ops, scopes that panic, fail or attempt illegal work,
 //! capture modes and instantiate flags, kernel-parameter handles, `DeviceScalar`, recapture paths,
 //! and the soundness guarantees (buffers kept alive by the graph, replays ordered with updates and
@@ -148,9 +148,9 @@ fn capture_and_replay() -> TestResult {
     assert_close(&y2.to_vec()?, &y_after(1), 2e-5)?;
     assert_close(&g2.output().ok_or("no output")?.to_vec()?, &times_b(&y_after(1)), 2e-5)?;
 
-    // `CudaGraph::capture` of a single launcher, output taken.
+    // `graph_on` of a single launcher, output taken.
     let mut v = DeviceBuffer::filled(&s, n, POISON_F32)?;
-    let mut g3 = CudaGraph::capture(&s, ops::scale(&x, b, &mut v))?;
+    let mut g3 = ops::scale(&x, b, &mut v).graph_on(&s)?;
     let vo = g3.take_output().ok_or("no output")?;
     ensure(all_nan(&vo.to_vec()?), "capture ran scale")?;
     g3.launch().sync_on(&s)?;
@@ -586,9 +586,9 @@ fn scope_refuses_illegal_work() -> TestResult {
     ensure(all_eq(&target.to_vec()?, 9.0), "the other graph replays")
 }
 
-/// (7) `capture_fn` with three warm-up runs: the op is built four times, executed normally exactly
+/// (7) `CaptureOptions::record_fn` with three warm-up runs: the op is built four times, executed normally exactly
 /// three times (their device effect is visible right after the capture) and recorded once; each
-/// replay then applies it once more. `capture_with` refuses warm-up runs.
+/// replay then applies it once more. `CaptureOptions::scope` refuses warm-up runs.
 fn warmup_runs() -> TestResult {
     let (_d, s) = setup()?;
     let mut r = rng();
@@ -609,7 +609,7 @@ fn warmup_runs() -> TestResult {
             *slot_r.lock().unwrap_or_else(|e| e.into_inner()) = Some(y);
         })
     };
-    let g = CudaGraph::capture_fn(&s, CaptureOptions::default().warmup_runs(3), make)?;
+    let g = CaptureOptions::new().warmup_runs(3).record_fn(&s, make)?;
     ensure(
         built.load(SeqCst) == 4,
         format!("3 warm-ups + 1 capture = 4 builds, got {}", built.load(SeqCst)),
@@ -630,16 +630,15 @@ fn warmup_runs() -> TestResult {
     ensure(executed.load(SeqCst) == 4, "replays run no host closure")?;
 
     let mut z = DeviceBuffer::filled(&s, n, POISON_F32)?;
-    let e = CudaGraph::capture_with(&s, CaptureOptions::default().warmup_runs(1), ops::fill(&mut z, 1.0f32))
-        .err();
-    ensure(is_misuse(&e), format!("capture_with must refuse warm-up runs: {e:?}"))?;
+    let e = CaptureOptions::new().warmup_runs(1).scope(&s, |sc| sc.record(ops::fill(&mut z, 1.0f32))).err();
+    ensure(is_misuse(&e), format!("CaptureOptions::scope must refuse warm-up runs: {e:?}"))?;
     ensure(
         s.capture_status()? == CaptureStatus::None && all_nan(&z.to_vec()?),
         "nothing ran or was captured",
     )?;
     let zslot = Mutex::new(Some(z));
     let (zslot_r, built_r) = (&zslot, &built);
-    let g0 = CudaGraph::capture_fn(&s, CaptureOptions::default(), move || {
+    let g0 = CaptureOptions::new().record_fn(&s, move || {
         built_r.fetch_add(1, SeqCst);
         let z = zslot_r.lock().unwrap_or_else(|e| e.into_inner()).take();
         ops::fill(z.expect("the capture puts z back"), 2.0f32).map(move |z| {
@@ -664,7 +663,8 @@ fn capture_modes_and_flags() -> TestResult {
     let xh = random_f32(&mut r, n);
     let x = DeviceBuffer::from_host(&s, &xh)?;
     let mut y = DeviceBuffer::filled(&s, n, POISON_F32)?;
-    let default = CaptureOptions::default();
+    let default = CaptureOptions::new();
+    ensure(default == CaptureOptions::default(), "new() is the default")?;
     ensure(
         default.mode == CaptureMode::ThreadLocal
             && default.flags == InstantiateFlags::NONE
@@ -684,7 +684,7 @@ fn capture_modes_and_flags() -> TestResult {
             let opts = CaptureOptions::default().mode(mode).flags(flags);
             let (a, v): (f32, f32) = (r.random_range(0.5..2.0), r.random_range(-1.0..1.0));
             y.fill(&s, POISON_F32)?;
-            let g = CudaGraph::scope_with(&s, opts, |sc| {
+            let g = opts.scope(&s, |sc| {
                 sc.record(ops::scale(&x, a, &mut y))?;
                 sc.record(AddScalar { buf: &mut y, v })?;
                 Ok(())
@@ -697,7 +697,7 @@ fn capture_modes_and_flags() -> TestResult {
             g.launch().sync_on(&s)?;
             context(&what, assert_close(&y.to_vec()?, &affine(&xh, a, v), 2e-6))?;
             // The single-op form with the same options.
-            let g1 = CudaGraph::capture_with(&s, opts, ops::scale(&x, v, &mut y).map(|_| ()))?;
+            let g1 = opts.scope(&s, |sc| sc.record(ops::scale(&x, v, &mut y).map(|_| ())))?;
             g1.launch().sync_on(&s2)?;
             context(&what, assert_close(&y.to_vec()?, &affine(&xh, v, 0.0), 1e-6))?;
         }

@@ -126,7 +126,7 @@ fn child_graph_and_extra_edges() -> TestResult {
     let xh = random_f32(&mut r, n);
     let x = DeviceBuffer::from_host(&s, &xh)?;
     let mut y = DeviceBuffer::<f32>::zeros(&s, n)?;
-    let child = CudaGraph::capture(&s, ops::axpy(1.5f32, &x, &mut y))?;
+    let child = ops::axpy(1.5f32, &x, &mut y).graph_on(&s)?;
     let mut g = Graph::new(&d)?;
     {
         let mut b = g.builder();

@@ -1,10 +1,10 @@
 // A replay (`Launch`) borrows its graph: it cannot be kept, or run, after the graph is dropped.
 
-use cuda_async::{CudaGraph, DeviceOpExt};
+use cuda_async::DeviceOpExt;
 use cuda_core::{DeviceBuffer, Stream};
 
 fn replay_after_drop(s: &Stream, y: &mut DeviceBuffer<f32>) -> cuda_async::Result<()> {
-    let graph = CudaGraph::capture(s, kernels::ops::fill(y, 1.0f32))?;
+    let graph = kernels::ops::fill(y, 1.0f32).graph_on(s)?;
     let launch = graph.launch();
     drop(graph);
     launch.sync_on(s)?;

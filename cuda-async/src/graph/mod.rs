@@ -2,8 +2,8 @@
 //!
 //! Safety comes from the layers below: every buffer a captured node uses is kept alive by the
 //! executable graph (`cuda-core`'s capture registry), each replay is joined to the home streams of
-//! those buffers like any other use, allocations, frees, host callbacks and synchronisation are
-//! refused on a capturing stream, and only [`GraphNode`] ops can be recorded. See
+//! those buffers like any other use, allocations, frees and synchronisation are refused
+//! on a capturing stream, and only [`GraphNode`] ops can be recorded. See
 //! `docs/guide.md`, "Graphs", for the numbered argument and the tests behind each point.
 
 mod build;
@@ -102,50 +102,13 @@ impl<T> CudaGraph<T> {
         Ok(exec)
     }
 
-    /// Captures `op` on `stream` with default [`CaptureOptions`]: records it (nothing runs),
-    /// instantiates and uploads the graph.
-    ///
-    /// # Errors
-    /// As for [`CudaGraph::scope`].
-    pub fn capture<O: GraphNode<Output = T>>(stream: &Stream, op: O) -> Result<Self> {
-        Self::capture_with(stream, CaptureOptions::default(), op)
-    }
-
-    /// Like [`CudaGraph::capture`] with `options`. Warm-up runs need an op that can be built again:
-    /// use [`CudaGraph::capture_fn`]; here `warmup_runs > 0` is an error.
-    ///
-    /// # Errors
-    /// [`DeviceError::Misuse`] if `options.warmup_runs > 0`; otherwise as for [`CudaGraph::scope`].
-    pub fn capture_with<O: GraphNode<Output = T>>(
-        stream: &Stream,
-        options: CaptureOptions,
-        op: O,
-    ) -> Result<Self> {
-        if options.warmup_runs > 0 {
-            return Err(DeviceError::Misuse("warm-up runs need CudaGraph::capture_fn".into()));
-        }
-        Self::scope_with(stream, options, |s| s.record(op))
-    }
-
-    /// Runs `make()` normally `options.warmup_runs` times on `stream` (waiting for each), then
-    /// captures `make()`.
-    ///
-    /// # Errors
-    /// Errors of the warm-up runs; otherwise as for [`CudaGraph::scope`].
-    pub fn capture_fn<O: GraphNode<Output = T>>(
-        stream: &Stream,
-        options: CaptureOptions,
-        mut make: impl FnMut() -> O,
-    ) -> Result<Self> {
-        for _ in 0..options.warmup_runs {
-            execute_locked(make(), stream, "CudaGraph::capture_fn inside another op's execution")?;
-            stream.synchronize()?;
-        }
-        Self::scope_with(stream, CaptureOptions { warmup_runs: 0, ..options }, |s| s.record(make()))
-    }
-
     /// Captures everything `f` records into one graph on `stream` (modelled on
-    /// `std::thread::scope`). `f` gets a [`Scope`]; its return value becomes the graph's output.
+    /// `std::thread::scope`), then instantiates and uploads it. `f` gets a [`Scope`]; its return
+    /// value becomes the graph's output. This is the one way to capture: with options (capture
+    /// mode, instantiate flags, warm-up runs), the same call is
+    /// [`CaptureOptions::new()...scope(stream, f)`](CaptureOptions::scope), as
+    /// `std::thread::Builder` is to `std::thread::spawn`; a single op is captured with
+    /// [`op.graph_on(&stream)`](crate::DeviceOpExt::graph_on).
     ///
     /// While `f` runs, nested `sync`/`sync_on`/`.await`/captures on this thread are errors
     /// ([`DeviceError::Lock`]); other threads keep running their own work, but their work on
@@ -176,21 +139,7 @@ impl<T> CudaGraph<T> {
     /// # Ok(()) }
     /// ```
     pub fn scope(stream: &Stream, f: impl FnOnce(&mut Scope<'_>) -> Result<T>) -> Result<Self> {
-        Self::scope_with(stream, CaptureOptions::default(), f)
-    }
-
-    /// [`CudaGraph::scope`] with `options` (`warmup_runs` is ignored: a closure runs once).
-    ///
-    /// # Errors
-    /// As for [`CudaGraph::scope`].
-    pub fn scope_with(
-        stream: &Stream,
-        options: CaptureOptions,
-        f: impl FnOnce(&mut Scope<'_>) -> Result<T>,
-    ) -> Result<Self> {
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let (graph, output) = record(stream, &options, id, f)?;
-        Self::build(stream, options, graph, output, id)
+        CaptureOptions::new().scope(stream, f)
     }
 
     /// Queues one replay on `stream` and returns without waiting. Safe: a replay yields nothing

@@ -1,18 +1,18 @@
 //! Lock-free, CUDA-free completion core: a one-shot "done" flag merged with an
 //! [`AtomicWaker`](https://docs.rs/futures/latest/futures/task/struct.AtomicWaker.html)-style
-//! waker slot.
+//! waker slot, plus a slot for the failure the work ended with, if any.
 //!
 //! A [`Completion`] is shared (via `Arc`) between
-//! * the **completer**: code that learns the GPU work has finished — in production a CUDA host
-//!   function (`cuLaunchHostFunc`) running on a driver thread that must never block — and calls
-//!   [`Completion::complete`] (or [`Completion::complete_from_raw`] from an `extern "C"`
-//!   trampoline), and
-//! * the **waiter**: a future that calls [`Completion::poll_complete`] from its `poll`.
+//! * the **completer**: code that learns the GPU work has finished or failed — in production a
+//!   thread of the completion engine (`runtime::engine`), which must not block on the waiter — and
+//!   calls [`Completion::complete`], [`Completion::fail`] or [`Completion::complete_deferred`], and
+//! * the **waiter**: a future that calls [`Completion::poll_complete`] from its `poll`, and then
+//!   [`Completion::failure`] for the typed error the completer found.
 //!
 //! Neither side ever blocks or spins waiting for the other; every operation is a bounded number
-//! of atomic instructions plus, at most, one `Waker::clone` (waiter) or one `Waker::wake`
-//! (completer). The module contains no CUDA calls, so `tests/loom_completion.rs` model-checks it
-//! with `loom`.
+//! of atomic instructions plus, at most, one `Waker::clone` (waiter), one `Waker::wake`
+//! (completer) and one allocation (a completer that stores a failure). The module contains no
+//! CUDA calls, so `tests/loom_completion.rs` model-checks it with `loom`.
 //!
 //! # Protocol
 //!
@@ -22,25 +22,29 @@
 //!   `REGISTERING -> IDLE` (CAS, Release). If that last CAS fails, `complete` ran meanwhile and saw
 //!   `REGISTERING`, so it left the slot alone and did not wake anyone: the waiter clears the slot
 //!   and returns `Ready` itself.
-//! * completer: `fetch_or(COMPLETE)` (AcqRel). If the previous state was `IDLE`, the completer now
-//!   owns the slot forever (no waiter can leave `IDLE`/enter `REGISTERING` any more) and wakes the
-//!   stored waker. Otherwise either a waiter is registering (and will observe `COMPLETE`, above)
-//!   or the completion had already happened (second call: no-op).
+//! * completer: a failing completer first publishes its boxed failure in `failure` (CAS from null,
+//!   Release; if another completer's failure is already there, its own is dropped). Then
+//!   `fetch_or(COMPLETE)` (AcqRel). If the previous state was `IDLE`, the completer now owns the
+//!   slot forever (no waiter can leave `IDLE`/enter `REGISTERING` any more) and wakes the stored
+//!   waker. Otherwise either a waiter is registering (and will observe `COMPLETE`, above) or the
+//!   completion had already happened (second call: no-op).
+//! * the failure, once stored, is never replaced or freed before the `Completion` is dropped:
+//!   [`Completion::failure`] hands out a shared reference to it (Acquire load), and the last `Arc`
+//!   frees it.
 //!
 //! So the slot is only ever accessed by one party at a time, and a wake-up can never be lost: the
 //! waker stored by a poll that returned `Pending` is either taken by `complete` and woken, or the
 //! poll itself saw `COMPLETE` and returned `Ready`.
 
-// Nothing in the crate uses this yet (the CUDA stream layer will); drop `not(test)` once it does.
-// (Under `--cfg loom` the unit tests are compiled out, so the items are unused there.)
-#![cfg_attr(any(not(test), loom), allow(dead_code))]
+// Under `--cfg loom` the unit tests are compiled out, so some items are unused there.
+#![cfg_attr(loom, allow(dead_code))]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-use core::ffi::c_void;
 use core::fmt;
+use core::marker::PhantomData;
 use core::task::{Context, Poll, Waker};
 
-use crate::sync_shim::atomic::{AtomicU32, AtomicUsize, Ordering};
+use crate::sync_shim::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use crate::sync_shim::{Arc, UnsafeCell};
 
 /// Nobody is touching the waker slot and the work is not complete.
@@ -50,7 +54,8 @@ const REGISTERING: usize = 0b01;
 /// `complete` has been called (sticky).
 const COMPLETE: usize = 0b10;
 
-/// One-shot completion signal between an arbitrary completer thread and an async waiter.
+/// One-shot completion signal between an arbitrary completer thread and an async waiter, carrying
+/// the failure `E` the work ended with, if it failed.
 ///
 /// Created with [`Completion::new`] and always held in an `Arc`. Like `AtomicWaker`, it stores
 /// one waker, the one from the most recent [`poll_complete`](Self::poll_complete), and is meant
@@ -58,46 +63,53 @@ const COMPLETE: usize = 0b10;
 /// is memory-safe, but a task whose waker was replaced by another task's poll is not woken.
 ///
 /// **Memory ordering:** everything the completer thread did before calling
-/// [`complete`](Self::complete) *happens-before* everything a thread does after it observes
-/// completion, i.e. after `poll_complete` returns `Poll::Ready(())` or `is_complete` returns
-/// `true`.
+/// [`complete`](Self::complete) or [`fail`](Self::fail) *happens-before* everything a thread does
+/// after it observes completion, i.e. after `poll_complete` returns `Poll::Ready(())` or
+/// `is_complete` returns `true`; the failure is then visible to [`failure`](Self::failure).
 ///
-/// Dropping the last `Arc` drops any waker still stored (no leak).
-pub struct Completion {
+/// Dropping the last `Arc` drops any waker and the failure stored (no leak).
+pub struct Completion<E = ()> {
     state: AtomicUsize,
-    /// A status word set by [`Completion::complete_with`] before completion (0 = success).
-    status: AtomicU32,
+    /// The failure given to the first failing completer (null: none), boxed; set at most once,
+    /// then read-only until the `Completion` is dropped.
+    failure: AtomicPtr<E>,
     /// Accessed only by the party that owns it under the protocol described in the module docs.
     waker: UnsafeCell<Option<Waker>>,
+    /// The `Completion` owns an `E` (through `failure`) for the drop check and auto traits.
+    _owns: PhantomData<Box<E>>,
 }
 
-// SAFETY: `Completion` is `!Sync` only because of `UnsafeCell<Option<Waker>>`. Every access to
-// that cell through `&self` is exclusive by the state protocol: a poller accesses it only between
-// its successful `IDLE -> REGISTERING` CAS and its release of `REGISTERING` (and, if `complete`
-// intervened, until it clears `REGISTERING` again), and the completer accesses it only after its
-// `fetch_or(COMPLETE)` returned `IDLE`, after which no poller can ever enter `REGISTERING`. These
-// windows are ordered by Acquire/Release on `state`, so the accesses do not race. `Waker` is
-// `Send + Sync`, so handing it between threads this way is fine.
-unsafe impl Sync for Completion {}
+// SAFETY: `Completion` is `!Sync` only because of `UnsafeCell<Option<Waker>>` (and, for `E: !Sync`,
+// the `PhantomData`). Every access to the cell through `&self` is exclusive by the state protocol: a
+// poller accesses it only between its successful `IDLE -> REGISTERING` CAS and its release of
+// `REGISTERING` (and, if `complete` intervened, until it clears `REGISTERING` again), and the
+// completer accesses it only after its `fetch_or(COMPLETE)` returned `IDLE`, after which no poller
+// can ever enter `REGISTERING`. These windows are ordered by Acquire/Release on `state`, so the
+// accesses do not race. `Waker` is `Send + Sync`, so handing it between threads this way is fine.
+// A failure `E` is moved in by the completer's thread, shared by reference with any thread through
+// `failure` (so `E: Sync`) and dropped by whichever thread drops the last `Arc` (so `E: Send`).
+unsafe impl<E: Send + Sync> Sync for Completion<E> {}
 
-// `Send` is derived automatically (`AtomicUsize` and `UnsafeCell<Option<Waker>>` are `Send`).
+// `Send` is derived automatically for `E: Send` (`AtomicUsize`, `AtomicPtr` and
+// `UnsafeCell<Option<Waker>>` are `Send`).
 const _: () = {
     const fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Completion>();
 };
 
-impl Completion {
-    /// Creates a new, not yet completed `Completion` with no waker registered.
+impl<E> Completion<E> {
+    /// Creates a new, not yet completed `Completion` with no waker registered and no failure.
     #[allow(clippy::new_ret_no_self)] // always shared, so it is born in an `Arc`
     pub fn new() -> Arc<Self> {
         Arc::new(Self {
             state: AtomicUsize::new(IDLE),
-            status: AtomicU32::new(0),
+            failure: AtomicPtr::new(core::ptr::null_mut()),
             waker: UnsafeCell::new(None),
+            _owns: PhantomData,
         })
     }
 
-    /// Marks the work as complete and wakes the registered waker, if any.
+    /// Marks the work as complete (successfully) and wakes the registered waker, if any.
     ///
     /// Callable from any thread; never blocks, spins or allocates by itself, and runs at most one
     /// `Waker::wake` (the executor's code). Intended to be called once; further calls are no-ops.
@@ -106,22 +118,43 @@ impl Completion {
     /// Release: writes made by this thread before the call that sets the flag become visible to
     /// any thread that afterwards observes completion (see the type-level docs).
     pub fn complete(&self) {
-        if let Some(waker) = self.complete_deferred(0) {
+        if let Some(waker) = self.complete_deferred(None) {
             waker.wake();
         }
     }
 
-    /// Stores `status` (as [`complete_with`](Self::complete_with)) and marks the work complete,
-    /// but hands the registered waker back instead of waking it: completion is observable at once
-    /// (a poll returns `Ready`), and the caller runs the waker where user code may run — the
-    /// completion engine runs wakers only after a sweep has completed every finished op, and
-    /// where a waker that blocks cannot stop it (see `engine`).
+    /// Stores `failure` (read by the waiter with [`failure`](Self::failure)), then
+    /// [`complete`](Self::complete)s. Meant to be called once; if several completers store
+    /// failures, the first one stored is kept and the others are dropped.
+    pub fn fail(&self, failure: E) {
+        if let Some(waker) = self.complete_deferred(Some(failure)) {
+            waker.wake();
+        }
+    }
+
+    /// Stores `failure`, if any (as [`fail`](Self::fail)), and marks the work complete, but hands
+    /// the registered waker back instead of waking it: completion is observable at once (a poll
+    /// returns `Ready`), and the caller runs the waker where user code may run — the completion
+    /// engine runs wakers only after a sweep has completed every finished op, and where a waker
+    /// that blocks cannot stop it (see `engine`).
     ///
     /// Returns `None` if no waker is owed (none registered, a poll is registering and will see
     /// completion itself, or already complete).
-    pub fn complete_deferred(&self, status: u32) -> Option<Waker> {
-        if status != 0 {
-            self.status.store(status, Ordering::Relaxed);
+    pub fn complete_deferred(&self, failure: Option<E>) -> Option<Waker> {
+        if let Some(failure) = failure {
+            let boxed = Box::into_raw(Box::new(failure));
+            // Release: the boxed failure is visible to the reader's Acquire load. Failure Acquire:
+            // nothing is read through the pointer found, it only orders like the success case.
+            let stored = self.failure.compare_exchange(
+                core::ptr::null_mut(),
+                boxed,
+                Ordering::Release,
+                Ordering::Acquire,
+            );
+            if stored.is_err() {
+                // SAFETY: `boxed` came from `Box::into_raw` just above and was not published.
+                drop(unsafe { Box::from_raw(boxed) });
+            }
         }
         // AcqRel: Release publishes the completer's prior writes to whoever observes COMPLETE;
         // Acquire synchronises with the Release that ended the last registration, so the waker
@@ -141,20 +174,17 @@ impl Completion {
         })
     }
 
-    /// Stores `status` (e.g. a driver error code; 0 means success), then [`complete`](Self::complete)s.
-    /// Meant to be called once; the status is published by the completion's Release, so a waiter
-    /// that observed completion reads it with [`status`](Self::status).
-    pub fn complete_with(&self, status: u32) {
-        if status != 0 {
-            self.status.store(status, Ordering::Relaxed);
-        }
-        self.complete();
-    }
-
-    /// The status given to [`complete_with`](Self::complete_with); meaningful once completion has
-    /// been observed (which orders the store before this load), 0 before.
-    pub fn status(&self) -> u32 {
-        self.status.load(Ordering::Relaxed)
+    /// The failure given to [`fail`](Self::fail) or
+    /// [`complete_deferred`](Self::complete_deferred) (the first one, if several completers failed):
+    /// meaningful once completion has been observed (which orders the store before this call);
+    /// `None` for a success or before completion.
+    pub fn failure(&self) -> Option<&E> {
+        // Acquire: synchronises with the completer's Release store of the box.
+        let ptr = self.failure.load(Ordering::Acquire);
+        // SAFETY: a non-null `failure` comes from `Box::into_raw` in `complete_deferred`, is stored
+        // at most once (a CAS from null) and is freed only by `Drop`, which needs `&mut self`: the
+        // box outlives the returned borrow of `self`, and nothing mutates it meanwhile.
+        unsafe { ptr.as_ref() }
     }
 
     /// Returns `true` once [`complete`](Self::complete) has been called.
@@ -164,7 +194,6 @@ impl Completion {
     pub fn is_complete(&self) -> bool {
         self.state.load(Ordering::Acquire) & COMPLETE != 0
     }
-
     /// Returns `Poll::Ready(())` once complete; otherwise registers `cx.waker()` (replacing any
     /// previously stored waker) and returns `Poll::Pending`.
     ///
@@ -236,46 +265,20 @@ impl Completion {
         drop(replaced);
         result
     }
+}
 
-    /// Converts the `Arc` into a raw pointer suitable as the `void* userData` of a C callback
-    /// (e.g. `cuLaunchHostFunc`). The reference count is not changed: the pointer owns one
-    /// strong reference, which must later be released by exactly one call to
-    /// [`complete_from_raw`](Self::complete_from_raw) or [`from_raw`](Self::from_raw).
-    pub fn into_raw(this: Arc<Self>) -> *mut c_void {
-        Arc::into_raw(this).cast_mut().cast()
-    }
-
-    /// Reclaims the reference owned by a pointer from [`into_raw`](Self::into_raw) without
-    /// completing, e.g. when enqueuing the C callback failed and it will never run.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` must come from [`Completion::into_raw`] and must not have been passed to
-    /// `from_raw`/`complete_from_raw` before (each pointer releases its reference once).
-    pub unsafe fn from_raw(ptr: *mut c_void) -> Arc<Self> {
-        // SAFETY: by the caller's contract `ptr` was produced by `Arc::<Completion>::into_raw`
-        // (same type, so same layout) and its strong reference has not been reclaimed yet.
-        unsafe { Arc::from_raw(ptr.cast_const().cast::<Self>()) }
-    }
-
-    /// Consumes the reference owned by a pointer from [`into_raw`](Self::into_raw) and calls
-    /// [`complete`](Self::complete). Intended for the body of an `extern "C"` host callback;
-    /// never blocks. May drop the last reference (freeing the `Completion`) if the waiter is
-    /// gone. Note that `complete` runs the waiter's `Waker::wake`; if that can panic, the
-    /// `extern "C"` caller aborts.
-    ///
-    /// # Safety
-    ///
-    /// Same as [`from_raw`](Self::from_raw): `ptr` must come from [`Completion::into_raw`] and
-    /// be released only once.
-    pub unsafe fn complete_from_raw(ptr: *mut c_void) {
-        // SAFETY: forwarded verbatim from this function's contract.
-        let this = unsafe { Self::from_raw(ptr) };
-        this.complete();
+impl<E> Drop for Completion<E> {
+    fn drop(&mut self) {
+        let ptr = self.failure.swap(core::ptr::null_mut(), Ordering::Acquire);
+        if !ptr.is_null() {
+            // SAFETY: a non-null `failure` comes from `Box::into_raw` in `complete_deferred`, and
+            // with `&mut self` no borrow from `failure()` is alive: this is its only release.
+            drop(unsafe { Box::from_raw(ptr) });
+        }
     }
 }
 
-impl fmt::Debug for Completion {
+impl<E> fmt::Debug for Completion<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Completion").field("complete", &self.is_complete()).finish_non_exhaustive()
     }
@@ -392,40 +395,31 @@ mod tests {
     }
 
     #[test]
-    fn raw_pointer_round_trip() {
-        let c = Completion::new();
+    fn the_first_failure_is_kept_and_read_after_completion() {
+        let c = Completion::<String>::new();
         let (a, wa) = CountingWaker::new();
-        assert!(poll(&c, &wa).is_pending());
-        let ptr = Completion::into_raw(c.clone());
-        assert_eq!(Arc::strong_count(&c), 2);
-        // SAFETY: `ptr` came from `into_raw` and is released exactly once.
-        unsafe { Completion::complete_from_raw(ptr) };
-        assert_eq!(Arc::strong_count(&c), 1);
+        assert!(c.poll_complete(&mut Context::from_waker(&wa)).is_pending());
+        c.fail("first".to_string());
+        c.fail("second".to_string()); // a no-op: the first failure is kept
         assert_eq!(a.wakes(), 1);
-        assert!(poll(&c, &wa).is_ready());
-
-        // Reclaiming without completing (callback never enqueued).
-        let d = Completion::new();
-        let ptr = Completion::into_raw(d.clone());
-        // SAFETY: as above.
-        let back = unsafe { Completion::from_raw(ptr) };
-        assert!(Arc::ptr_eq(&back, &d));
-        drop(back);
-        assert_eq!(Arc::strong_count(&d), 1);
-        assert!(!d.is_complete());
+        assert!(c.is_complete());
+        assert_eq!(c.failure().map(String::as_str), Some("first"));
+        assert_eq!(c.failure().map(String::as_str), Some("first"));
+        let ok = Completion::<String>::new();
+        ok.complete();
+        assert_eq!(ok.failure(), None);
     }
 
     #[test]
-    fn completion_from_raw_on_another_thread_may_free() {
-        let c = Completion::new();
-        let ptr = Completion::into_raw(c.clone()) as usize;
-        drop(c); // the waiter is gone; the callback holds the last reference
-        thread::spawn(move || {
-            // SAFETY: `ptr` came from `into_raw` and is released exactly once.
-            unsafe { Completion::complete_from_raw(ptr as *mut c_void) }
-        })
-        .join()
-        .unwrap();
+    fn failure_is_dropped_with_the_last_reference() {
+        let c = Completion::<std::sync::Arc<()>>::new();
+        let token = std::sync::Arc::new(());
+        let c2 = c.clone();
+        let t2 = token.clone();
+        thread::spawn(move || c2.fail(t2)).join().unwrap();
+        assert_eq!(std::sync::Arc::strong_count(&token), 2);
+        drop(c); // the last reference frees the failure
+        assert_eq!(std::sync::Arc::strong_count(&token), 1);
     }
 
     /// A long-lived completer thread races the poller on 10,000 fresh completions. Every poll

@@ -15,7 +15,9 @@
 //! **No hang on a fault.** A mark is written by the GPU only if the work before it succeeded. While
 //! marks are pending, the engine queries a private stream of the device every millisecond: after
 //! a fault (a sticky error of the context) that query fails, and every pending mark is completed
-//! with its error. An event whose query fails completes its op with that error's code.
+//! with that error. An event whose query fails completes its op with the query's error. Either
+//! way the future gets the typed [`cuda_core::Error`] as detected (the driver's code and name, and
+//! the call that found it), never a number rebuilt into an error.
 //!
 //! While ops are pending the thread polls continuously (yielding between sweeps) for a short
 //! while after the last completion, then backs off to sleeps of growing length
@@ -33,6 +35,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+/// The completion of an awaited op: its failure is the driver error that found the work failed.
+pub(crate) type OpCompletion = Completion<cuda_core::Error>;
+
 /// What tells the engine that an op's work is done.
 pub(crate) enum Wait {
     /// A stream progress mark: checked with one load per sweep. A mark is never reached if the
@@ -43,18 +48,18 @@ pub(crate) enum Wait {
 }
 
 impl Wait {
-    /// `Ok(true)` once done, `Err(code)` if the work failed (events only).
-    pub(crate) fn poll(&self) -> Result<bool, u32> {
+    /// `Ok(true)` once done, `Err` with the query's error if the work failed (events only).
+    pub(crate) fn poll(&self) -> Result<bool, cuda_core::Error> {
         match self {
             Wait::Mark(m) => Ok(m.is_reached()),
-            Wait::Event(e) => e.query().map_err(|err| error_code(&err)),
+            Wait::Event(e) => e.query(),
         }
     }
 }
 
 struct Pending {
     wait: Wait,
-    completion: Arc<Completion>,
+    completion: Arc<OpCompletion>,
     /// The handle of the stream the work was queued on, for the partial sweeps' per-stream rule.
     /// Only the handle: holding the stream would make the engine thread drop its last handle,
     /// which must happen on the thread that owns any capture still open on it. A handle reused by
@@ -278,7 +283,7 @@ pub(crate) fn watch(
     engine: Option<&'static Engine>,
     stream: &Stream,
     wait: Wait,
-    completion: Arc<Completion>,
+    completion: Arc<OpCompletion>,
     alarm: Option<Alarm>,
 ) {
     // On an engine thread (a waker that runs a task inline and awaits again), handing the op to
@@ -299,23 +304,19 @@ pub(crate) fn watch(
                 shard.wake.notify_one();
             }
         }
-        (None, Wait::Event(event)) => {
-            let status = match event.synchronize() {
-                Ok(()) => 0,
-                Err(err) => error_code(&err),
-            };
-            completion.complete_with(status);
-        }
+        (None, Wait::Event(event)) => match event.synchronize() {
+            Ok(()) => completion.complete(),
+            Err(err) => completion.fail(err),
+        },
         (None, Wait::Mark(_)) => {
             // Unreachable: marks are only handed out while an engine runs. Never wait on a mark
             // without the engine's fault probe (a faulted stream never writes it): fail instead.
-            completion.complete_with(NO_ENGINE);
+            completion.fail(cuda_core::Error::InvalidArgument(
+                "an awaited op's progress mark could not be watched: no completion engine runs".into(),
+            ));
         }
     }
 }
-
-/// The status of an op whose mark could not be watched (`CUDA_ERROR_UNKNOWN`).
-const NO_ENGINE: u32 = 999;
 
 /// Progress marks handed to an engine since the process started (a test hook: whether the mark
 /// path was taken).
@@ -348,14 +349,6 @@ pub(crate) fn on_engine_thread() -> bool {
     ON_ENGINE.with(|f| f.get())
 }
 
-/// The `CUresult` code of a driver error (`CUDA_ERROR_UNKNOWN` for anything else).
-pub(crate) fn error_code(e: &cuda_core::Error) -> u32 {
-    match e {
-        cuda_core::Error::Driver { code, .. } => *code,
-        _ => 999,
-    }
-}
-
 /// Starts a thread sweeping `shard` (at first use, or to take over from a thread stuck in a
 /// waker); whether it started.
 fn spawn_shard(e: &'static Engine, shard: &'static Shard) -> bool {
@@ -385,9 +378,9 @@ fn run(e: &'static Engine, shard: &'static Shard) {
         let wakers = &mut work.wakers;
         // Completes the op at once (a poll sees `Ready` from here on) and queues its waker, run
         // below once the sweep is over and the shard's state is released.
-        let mut complete = |p: &Pending, status: u32| {
+        let mut complete = |p: &Pending, outcome: Result<(), cuda_core::Error>| {
             e.pending.fetch_sub(1, Ordering::Relaxed);
-            if let Some(w) = p.completion.complete_deferred(status) {
+            if let Some(w) = p.completion.complete_deferred(outcome.err()) {
                 wakers.push_back(w);
             }
         };
@@ -397,8 +390,8 @@ fn run(e: &'static Engine, shard: &'static Shard) {
         }
         let check = |p: &Pending| match p.wait.poll() {
             Ok(false) => None,
-            Ok(true) => Some(0),
-            Err(code) => Some(code),
+            Ok(true) => Some(Ok(())),
+            Err(err) => Some(Err(err)),
         };
         sweep(&mut work.pending, full, &mut work.blocked, |p| p.stream, check, &mut complete);
         let marks_left = work.pending.iter().any(|p| matches!(p.wait, Wait::Mark(_)));
@@ -407,10 +400,10 @@ fn run(e: &'static Engine, shard: &'static Shard) {
             if let Some(Err(err)) = e.probe.get().and_then(Option::as_ref).map(Stream::query) {
                 // The context faulted: no pending mark will ever be written. Marks already reached
                 // (their work finished before the fault) still succeed.
-                let code = error_code(&err);
+                // Every unreached mark fails with the probe's error (a clone each: one waiter per op).
                 work.pending.retain(|p| match &p.wait {
                     Wait::Mark(m) => {
-                        complete(p, if m.is_reached() { 0 } else { code });
+                        complete(p, if m.is_reached() { Ok(()) } else { Err(err.clone()) });
                         false
                     }
                     Wait::Event(_) => true,

@@ -17,17 +17,21 @@
 //!
 //! **Cancellation.** Dropping the future after submission drops the output. That is sound: the
 //! buffers in it are freed stream-ordered after the queued work (see `cuda-core`'s `DeviceBuffer`),
-//! and pinned host buffers wait for their transfer before release. The callback holds its own
-//! reference to the completion, so it completes an orphaned completion harmlessly.
+//! and pinned host buffers wait for their transfer before release. The completion engine holds its
+//! own reference to the completion, so it completes an orphaned completion harmlessly.
+//!
+//! **Errors.** A failure of the op's GPU work resolves the future to
+//! [`DeviceError::Async`] holding the typed [`cuda_core::Error`] exactly as it was detected (the
+//! driver error and the call that found it: the event query, the synchronisation, or the engine's
+//! fault probe), handed over through the completion without being reduced to a code.
 
 use super::await_spin::await_spin_policy;
-use super::completion::Completion;
-use super::engine::Wait;
+use super::engine::{OpCompletion, Wait};
 use super::lock::execute_locked;
 use crate::error::{DeviceError, Result};
 use crate::op::{DeviceOp, Op};
 use crate::scheduling::{self, SchedulingPolicy};
-use cuda_core::{Event, Stream, StreamStatus};
+use cuda_core::{Event, Stream};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -44,7 +48,7 @@ enum State<O: DeviceOp> {
     NotSubmitted(O, Target),
     /// Handed to the completion engine; `Solo` if the device had no other pending awaits then,
     /// and the early wake's spin window if the engine was asked to wake the task early.
-    Submitted(O::Output, Arc<Completion>, Option<Solo>, Option<EarlySpin>),
+    Submitted(O::Output, Arc<OpCompletion>, Option<Solo>, Option<EarlySpin>),
     /// Completed within the spin budget of the first poll (transient, never stored).
     Ready(O::Output),
     Finished,
@@ -148,7 +152,7 @@ impl<O: DeviceOp> DeviceFuture<O> {
                         return Ok(State::Ready(output));
                     }
                     Ok(false) => {}
-                    Err(code) => return Err(DeviceError::Async(async_error(code))),
+                    Err(err) => return Err(DeviceError::Async(err)),
                 }
                 if start.elapsed() >= budget {
                     break;
@@ -162,7 +166,7 @@ impl<O: DeviceOp> DeviceFuture<O> {
             .and_then(|_| policy.early_wake_after(others, predicted, budget))
             .map(|after| EarlySpin { from: start + after, until: start + after + policy.early_wake * 2 });
         let alarm = early.map(|e| super::engine::Alarm { at: e.from, waker: waker.clone() });
-        let completion = Completion::new();
+        let completion = OpCompletion::new();
         super::engine::watch(engine, &stream, wait, completion.clone(), alarm);
         Ok(State::Submitted(output, completion, solo, early))
     }
@@ -209,24 +213,17 @@ impl<O: DeviceOp> Future for DeviceFuture<O> {
         else {
             return Poll::Pending;
         };
-        match completion.status() {
-            0 => {
+        // The error as the engine found it (the query or synchronisation that saw the failure).
+        match completion.failure().cloned() {
+            None => {
                 if let Some(solo) = solo {
                     solo.record();
                 }
                 Poll::Ready(Ok(out))
             }
-            code => Poll::Ready(Err(DeviceError::Async(async_error(code)))),
+            Some(err) => Poll::Ready(Err(DeviceError::Async(err))),
         }
     }
-}
-
-/// The error of an awaited op whose GPU work failed with driver error `code`.
-fn async_error(code: u32) -> cuda_core::Error {
-    StreamStatus::from_code(code)
-        .into_result("running an awaited op's GPU work")
-        .err()
-        .unwrap_or(cuda_core::Error::InvalidArgument("unknown asynchronous failure".into()))
 }
 
 impl<T: DeviceOp> std::future::IntoFuture for Op<T> {

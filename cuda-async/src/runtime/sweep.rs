@@ -13,16 +13,17 @@
 /// A partial sweep stops after finding this many streams with unfinished work.
 pub(crate) const PARTIAL_MISSES: usize = 4;
 
-/// Sweeps `pending`: `check` answers `None` for an op still running and `Some(status)` for a
-/// finished (0) or failed one, which is removed and passed to `complete`; `stream_of` names an
+/// Sweeps `pending`: `check` answers `None` for an op still running and `Some(outcome)` for a
+/// finished or failed one (the outcome says which, e.g. the error that found the failure), which
+/// is removed and passed to `complete` with its outcome; `stream_of` names an
 /// op's stream. `blocked` is scratch space (cleared here). Returns whether any op was completed.
-pub(crate) fn sweep<T>(
+pub(crate) fn sweep<T, S>(
     pending: &mut Vec<T>,
     full: bool,
     blocked: &mut Vec<usize>,
     stream_of: impl Fn(&T) -> usize,
-    mut check: impl FnMut(&T) -> Option<u32>,
-    mut complete: impl FnMut(&T, u32),
+    mut check: impl FnMut(&T) -> Option<S>,
+    mut complete: impl FnMut(&T, S),
 ) -> bool {
     let before = pending.len();
     blocked.clear();
@@ -38,8 +39,8 @@ pub(crate) fn sweep<T>(
                 }
                 true
             }
-            Some(status) => {
-                complete(p, status);
+            Some(outcome) => {
+                complete(p, outcome);
                 false
             }
         }

@@ -7,8 +7,8 @@
 //! never replay into freed memory, race a replay, or lose work into someone else's graph:
 //!
 //! 1. **One lock per stream decides.** A stream's capture state lives behind its enqueue lock
-//!    (`Stream::lock`). Beginning and ending a capture, and every enqueue, wait and callback of this
-//!    crate, happen under it: a capture cannot begin or end between an enqueue's check and the
+//!    (`Stream::lock`). Beginning and ending a capture, and every enqueue and wait of this crate,
+//!    happen under it: a capture cannot begin or end between an enqueue's check and the
 //!    enqueue itself. The state belongs to the stream object, not to its raw handle, so a handle
 //!    reused by the driver after a destroy never inherits a stale capture.
 //! 2. **A capture belongs to its thread.** Only the thread that began a capture may queue work on
@@ -23,7 +23,7 @@
 //!    [`Allocation`](crate::memory::Allocation) to the capture's [`KeepAlive`] set, which the graph and every executable graph
 //!    made from it own: replays never touch freed memory. Frees of allocations homed on the
 //!    capturing stream are deferred to the end of the capture (a free must never be recorded).
-//! 5. **No blocking, allocation or callback is recorded**: they are refused before the driver
+//! 5. **No blocking or allocation is recorded**: they are refused before the driver
 //!    sees them, so the capture and the context stay usable.
 //! 6. **Registered before begin, forgotten after end.** The state is set before
 //!    `cuStreamBeginCapture` and cleared only once the driver has ended the capture; a failed end
@@ -41,8 +41,8 @@ impl Stream {
     /// Starts capturing the work queued on this stream into a graph instead of running it.
     ///
     /// Until [`Stream::end_capture`] (on this thread), only this thread may queue work on the
-    /// stream; allocations, blocking copies, host callbacks, synchronisation and cross-stream waits
-    /// on it are refused with [`Error::Capture`].
+    /// stream; allocations, blocking copies, synchronisation and cross-stream waits on it
+    /// are refused with [`Error::Capture`].
     ///
     /// # Errors
     /// [`Error::Capture`] if the stream is already being captured; driver errors.

@@ -21,12 +21,10 @@ use cudarc::driver::sys;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 
-mod callback;
 mod progress;
 mod record;
 
 pub use crate::track::Stream;
-pub use callback::StreamStatus;
 
 impl Device {
     /// The range of stream priorities `(least, greatest)`; numerically lower is higher priority

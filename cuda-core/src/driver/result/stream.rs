@@ -2,7 +2,6 @@
 
 use crate::error::{check, Error, Result};
 use cudarc::driver::sys;
-use std::ffi::c_void;
 
 /// `cuStreamCreateWithPriority`.
 ///
@@ -58,34 +57,6 @@ pub(crate) unsafe fn stream_wait_event(
 ) -> Result<()> {
     // SAFETY: live stream and event handles (caller); flags must be 0.
     check(unsafe { sys::cuStreamWaitEvent(stream, event, 0) }, during)
-}
-
-/// `cuLaunchHostFunc`.
-///
-/// # Safety
-/// `stream` must be live with its context current; `f` must be sound to call once with `data`
-/// on a driver thread (it takes ownership of `data` then). On an error the driver never calls it:
-/// `data` is still the caller's.
-pub(crate) unsafe fn launch_host_func(
-    stream: sys::CUstream,
-    f: sys::CUhostFn,
-    data: *mut c_void,
-) -> Result<()> {
-    // SAFETY: the caller's contract.
-    check(unsafe { sys::cuLaunchHostFunc(stream, f, data) }, "queueing a host function")
-}
-
-/// `cuStreamAddCallback(stream, f, data, 0)`.
-///
-/// # Safety
-/// As for [`launch_host_func`], for a `CUstreamCallback`.
-pub(crate) unsafe fn stream_add_callback(
-    stream: sys::CUstream,
-    f: sys::CUstreamCallback,
-    data: *mut c_void,
-) -> Result<()> {
-    // SAFETY: the caller's contract; flags must be 0.
-    check(unsafe { sys::cuStreamAddCallback(stream, f, data, 0) }, "queueing a stream callback")
 }
 
 /// `cuStreamBeginCapture_v2`.

@@ -1,6 +1,7 @@
 //! The benchmark toolkit: the comparison [`runner`], the tiny counter kernel ([`tiny`]), the raw
 //! driver baseline ([`raw`]), and the start of every benchmark (options, GPU, report metadata).
 
+pub mod compare_view;
 pub mod decode_view;
 pub mod raw;
 pub mod runner;

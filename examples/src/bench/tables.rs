@@ -15,7 +15,9 @@
 //! per-batch table against PyTorch (in [`super::decode_view`]), `serve` for the serving check's
 //! merged report (in [`super::serve_view`]; a page quoting one that does not exist yet is left as
 //! committed, so the page can be written before the first run), or a dotted path
-//! (`meta.bandwidth`, `buckets`) to an array of objects, shown with one column per key. [`fill`]
+//! (`meta.bandwidth`, `buckets`) to an array of objects, shown with one column per key, or
+//! `vs:OTHER.json` for the report's ratios beside an earlier report's (in
+//! [`super::compare_view`]). [`fill`]
 //! rewrites every block of a page; [`diff`] shows what differs between the committed text and the
 //! generated one.
 
@@ -153,7 +155,17 @@ pub fn regenerate(dir: &Path) -> Result<(Vec<Page>, Vec<String>)> {
                 let t = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
                 *slot = Some(serde_json::from_str(&t).with_context(|| format!("parsing {}", f.display()))?);
             }
-            render(b, slot.as_ref().context("just loaded")?)
+            let this = slot.clone().context("just loaded")?;
+            if let Some(other) = b.view.as_deref().and_then(|v| v.strip_prefix("vs:")) {
+                let f = dir.join(other);
+                let t = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+                let old: Value = serde_json::from_str(&t).with_context(|| format!("parsing {}", f.display()))?;
+                if let Some(s) = json.get_mut(other) {
+                    s.get_or_insert(old.clone());
+                }
+                return super::compare_view::compare_table(&this, &b.file, &old, other);
+            }
+            render(b, &this)
         })
         .with_context(|| format!("in {}", path.display()))?;
         pages.push(Page { path, committed, generated });

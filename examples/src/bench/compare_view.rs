@@ -10,8 +10,10 @@ use std::fmt::Write as _;
 
 /// The comparison table of `new` (quoted as `file`) against `old` (quoted as `other`).
 pub(super) fn compare_table(new: &Value, file: &str, old: &Value, other: &str) -> Result<String> {
-    let n: Report = serde_json::from_value(new.clone()).with_context(|| format!("{file}: not a comparison report"))?;
-    let o: Report = serde_json::from_value(old.clone()).with_context(|| format!("{other}: not a comparison report"))?;
+    let n: Report =
+        serde_json::from_value(new.clone()).with_context(|| format!("{file}: not a comparison report"))?;
+    let o: Report =
+        serde_json::from_value(old.clone()).with_context(|| format!("{other}: not a comparison report"))?;
     ensure!(n.benchmark == o.benchmark, "{file} is `{}`, {other} is `{}`", n.benchmark, o.benchmark);
     let ratio = |r: Option<f64>| r.filter(|x| x.is_finite()).map_or("—".to_string(), fmt_value);
     let met = |m: Option<bool>| match m {
@@ -24,7 +26,9 @@ pub(super) fn compare_table(new: &Value, file: &str, old: &Value, other: &str) -
         let before = o.rows.iter().find(|x| x.name == r.name);
         let (rb, mb) = (before.and_then(|b| b.ratio), before.and_then(|b| b.met));
         let change = match (r.ratio, rb) {
-            (Some(a), Some(b)) if a.is_finite() && b.is_finite() && b != 0.0 => format!("{:+.1}%", (a / b - 1.0) * 100.0),
+            (Some(a), Some(b)) if a.is_finite() && b.is_finite() && b != 0.0 => {
+                format!("{:+.1}%", (a / b - 1.0) * 100.0)
+            }
             _ => "—".into(),
         };
         rows.push(vec![
@@ -37,12 +41,15 @@ pub(super) fn compare_table(new: &Value, file: &str, old: &Value, other: &str) -
             met(r.met).to_string(),
         ]);
     }
-    let header: Vec<String> = ["row", "ratio before", "ratio after", "change", "goal", "met before", "met after"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let header: Vec<String> =
+        ["row", "ratio before", "ratio after", "change", "goal", "met before", "met after"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
     let mut s = md_table(&header, &rows);
-    let date = |r: &Report| r.meta.get("date_utc").and_then(Value::as_str).unwrap_or("date not recorded").to_string();
+    let date = |r: &Report| {
+        r.meta.get("date_utc").and_then(Value::as_str).unwrap_or("date not recorded").to_string()
+    };
     let _ = writeln!(
         s,
         "\nRatios are framework / raw (lower is better for times, see each row's unit in its report). \

@@ -159,7 +159,8 @@ pub fn regenerate(dir: &Path) -> Result<(Vec<Page>, Vec<String>)> {
             if let Some(other) = b.view.as_deref().and_then(|v| v.strip_prefix("vs:")) {
                 let f = dir.join(other);
                 let t = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
-                let old: Value = serde_json::from_str(&t).with_context(|| format!("parsing {}", f.display()))?;
+                let old: Value =
+                    serde_json::from_str(&t).with_context(|| format!("parsing {}", f.display()))?;
                 if let Some(s) = json.get_mut(other) {
                     s.get_or_insert(old.clone());
                 }

@@ -53,5 +53,5 @@ pub use op::{DeviceOp, Op};
 pub use runtime::is_executing;
 pub use runtime::DeviceFuture;
 #[doc(hidden)]
-pub use runtime::{early_wakes, marks_watched, waker_takeovers};
+pub use runtime::{early_spin_misses, early_wakes, marks_watched, waker_takeovers};
 pub use scheduling::{SchedulingPolicy, SingleStream, StreamPoolRoundRobin};

@@ -338,6 +338,16 @@ pub fn early_wakes() -> u64 {
     EARLY_WAKES.load(Ordering::Relaxed)
 }
 
+/// Early-woken polls whose spin window ended before the work did (counted by the future).
+pub(crate) static EARLY_SPIN_MISSES: AtomicU64 = AtomicU64::new(0);
+
+/// How many early-woken polls gave up spinning because the work outlasted the window (the
+/// prediction was short); the engine completed those ops as usual (a diagnostic hook).
+#[doc(hidden)]
+pub fn early_spin_misses() -> u64 {
+    EARLY_SPIN_MISSES.load(Ordering::Relaxed)
+}
+
 thread_local! {
     /// Set on engine threads: a waker that runs a task inline there and awaits again must not
     /// hand its op to the engine it is blocking.

@@ -200,6 +200,7 @@ impl<O: DeviceOp> Future for DeviceFuture<O> {
                     }
                     if !completion.is_complete() {
                         // Still running: the engine wakes the task (registered above) when done.
+                        super::engine::EARLY_SPIN_MISSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         return Poll::Pending;
                     }
                 }

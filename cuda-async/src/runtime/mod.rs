@@ -17,7 +17,7 @@ pub(crate) mod lock;
 pub(crate) mod policy;
 mod sweep;
 
-pub use engine::{early_wakes, marks_watched, waker_takeovers};
+pub use engine::{early_spin_misses, early_wakes, marks_watched, waker_takeovers};
 pub use future::DeviceFuture;
 pub(crate) use lock::execute_locked;
 pub use lock::is_executing;

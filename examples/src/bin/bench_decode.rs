@@ -349,11 +349,17 @@ fn main() -> Result<()> {
     let no_early = AwaitSpin { early_wake: std::time::Duration::ZERO, ..spin };
     let (mut blocking, mut awaited, mut awaited_mt, mut awaited_late) = (vec![], vec![], vec![], vec![]);
     let (mut cpu_bl, mut cpu_aw, mut cpu_late) = (vec![], vec![], vec![]);
+    let (mut woken, mut missed, mut awaited_steps) = (0u64, 0u64, 0u64);
     for _ in 0..3 {
         let (ms, cpu) = with_cpu_share(|| decode(&mut m, &rt, 1, 8, a.steps, 2, 0))?;
         blocking.push(ms);
         cpu_bl.push(cpu);
+        let (w0, m0) = (cuda_async::early_wakes(), cuda_async::early_spin_misses());
         let (ms, cpu) = with_cpu_share(|| decode(&mut m, &rt, 1, 8, a.steps, 2, 2))?;
+        (woken, missed) =
+            (woken + cuda_async::early_wakes() - w0, missed + cuda_async::early_spin_misses() - m0);
+        // decode() fills 8 positions with blocking steps, then awaits 1 + 2 repetitions of `steps`.
+        awaited_steps += 3 * a.steps as u64;
         awaited.push(ms);
         cpu_aw.push(cpu);
         awaited_mt.push(decode(&mut m, &rt_mt, 1, 8, a.steps, 2, 2)?);
@@ -373,6 +379,9 @@ fn main() -> Result<()> {
         (aw - bl) * 1e3,
         (aw_mt - bl) * 1e3,
         (aw_late - bl) * 1e3
+    );
+    println!(
+        "early wakes: {woken} fired over {awaited_steps} awaited steps, {missed} of them spun out their window before the step ended"
     );
     println!(
         "calling thread on the CPU: blocking {:.0}%, awaited {:.0}%, awaited with the early wake off {:.0}%",
@@ -473,6 +482,7 @@ fn main() -> Result<()> {
         "await_vs_blocking_us": (aw - bl) * 1e3, "os_park_wake_us": wake_us,
         "awaited_multi_thread_ms": aw_mt, "await_multi_thread_vs_blocking_us": (aw_mt - bl) * 1e3,
         "awaited_no_early_wake_ms": aw_late, "await_no_early_wake_vs_blocking_us": (aw_late - bl) * 1e3,
+        "awaited_steps": awaited_steps, "early_wakes": woken, "early_spin_misses": missed,
         "blocking_cpu_share": cpu_bl, "awaited_cpu_share": cpu_aw, "awaited_no_early_wake_cpu_share": cpu_late, "fused_small_batch": !a.no_fused, "blocking_ms": bl, "awaited_ms": aw, "torch": torch,
         "gpt_fast": gpt_fast, "ttft": ttft_ms, "prefill_buckets": prefill_buckets,
     });

@@ -77,12 +77,18 @@ pub(super) fn decode_table(j: &Value, file: &str) -> Result<String> {
         }));
         row.push(ms(num(r.get("floor_ms"))));
         row.push(num(r.get("floor_share")).map_or("—".into(), |x| format!("{:.1}%", x * 100.0)));
+        row.push(ms(num(r.get("copy_floor_ms"))));
         out.push(row);
     }
     let mut header = vec!["batch".to_string(), "this project (graph)".into(), "eager launches".into()];
     header.extend(GPT_FAST.iter().map(|(_, h, _)| format!("{STATIC} {h}")));
     header.extend(HF_MODES.iter().map(|(_, h, _)| format!("{HF} {h}")));
-    header.extend(["vs fastest PyTorch".to_string(), "bandwidth floor".into(), "share of floor".into()]);
+    header.extend([
+        "vs fastest PyTorch".to_string(),
+        "bandwidth floor".into(),
+        "share of floor".into(),
+        "floor at measured copy bandwidth".into(),
+    ]);
     let mut s = md_table(&header, &out);
     let str_of = |v: Option<&Value>| v.map_or("—".into(), text);
     let _ = write!(
@@ -211,7 +217,7 @@ mod tests {
     fn run(gpt_fast: Value) -> Value {
         json!({
             "bench": "decode", "gpu": "GPU X", "shape": "llama-3.2-1b", "context": 128, "steps": 64, "reps": 5,
-            "rows": [{"batch": 1, "graph_ms": 1.0, "eager_ms": 1.1, "floor_ms": 0.7, "floor_share": 0.7},
+            "rows": [{"batch": 1, "graph_ms": 1.0, "eager_ms": 1.1, "floor_ms": 0.7, "floor_share": 0.7, "copy_floor_ms": 0.78},
                      {"batch": 16, "graph_ms": 2.0, "eager_ms": 2.1, "floor_ms": 0.8, "floor_share": 0.4}],
             "torch": {"torch": "2.11", "gpu": "GPU X", "reps": 5, "eager": {"1": {"ms": 16.0}},
                       "cudagraph": {"1": {"ms": 2.8}}, "compile": {"1": {"ms": 2.4}, "16": {"error": "E"}}},
@@ -232,11 +238,14 @@ mod tests {
         }));
         let s = decode_table(&j, "x.json").unwrap();
         assert!(s.contains("PyTorch static cache (gpt-fast style) CUDA graph"), "{s}");
+        assert!(s.contains("| floor at measured copy bandwidth |"), "{s}");
+        // A row (or a file) without the measured floor shows a dash.
+        assert!(s.contains("| 0.800 | 40.0% | — |"), "{s}");
         assert!(s.contains("Hugging Face transformers CUDA graph"), "{s}");
         assert!(
             s.contains(
                 "| 1 | **1.000** | 1.100 | 6.000 | 0.800 | 1.500 | skipped: time limit (240 s) | 16.000 | 2.800 \
-                 | 2.400 | 1.25× slower than gpt-fast CUDA graph | 0.700 | 70.0% |"
+                 | 2.400 | 1.25× slower than gpt-fast CUDA graph | 0.700 | 70.0% | 0.780 |"
             ),
             "{s}"
         );

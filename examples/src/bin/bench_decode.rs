@@ -4,7 +4,8 @@
 //! `--context` positions of `batch` sequences, then time `--steps` decode steps (each returns the
 //! batch's greedy tokens to the host), `--reps` times; the median ms/step is the latency of a
 //! served token. Reported beside it: eager launches of the same step, capture time and memory per
-//! bucket, the share of the HBM bandwidth floor (weights + KV bytes read per step / 3.35 TB/s),
+//! bucket, the share of the HBM bandwidth floor (weights + KV bytes read per step / 3.35 TB/s, the
+//! datasheet figure) and the floor at the device-to-device copy bandwidth measured at start,
 //! and at batch 1 the step awaited from tokio vs the blocking step. With Python and torch present,
 //! two PyTorch baselines run in the same process tree with the same steps and repetitions, and
 //! their figures join the JSON: `scripts/torch_decode_bench.py` (key `torch`) decodes Hugging
@@ -27,7 +28,7 @@
 
 use anyhow::{ensure, Context, Result};
 use clap::Parser;
-use cuda_core::Device;
+use cuda_core::{Device, DeviceBuffer, Event, Stream};
 use models::llama::{DeviceWeights, LlamaConfig, LlamaModel, ModelOptions, PrefillSeq, Row};
 use serde_json::json;
 use std::time::Instant;
@@ -133,6 +134,28 @@ fn decode(
         }
     }
     Ok(median(times))
+}
+
+/// The device-to-device copy bandwidth of the GPU, counting the bytes read and written: 1 GiB
+/// copied, the median of 10 copies timed with events after 2 untimed ones.
+fn copy_bandwidth(stream: &Stream) -> Result<f64> {
+    let n = 1usize << 30;
+    let src = DeviceBuffer::<u8>::zeros(stream, n)?;
+    let mut dst = DeviceBuffer::<u8>::zeros(stream, n)?;
+    let (a, b) = (Event::new(stream.device(), true)?, Event::new(stream.device(), true)?);
+    let mut ms = Vec::new();
+    for i in 0..12 {
+        a.record(stream)?;
+        dst.copy_from_device(stream, &src)?;
+        b.record(stream)?;
+        b.synchronize()?;
+        if i >= 2 {
+            ms.push(f64::from(Event::elapsed_ms(&a, &b)?));
+        }
+    }
+    let t = median(ms);
+    ensure!(t > 0.0, "a 1 GiB copy took no measurable time");
+    Ok(2.0 * n as f64 / (t * 1e-3))
 }
 
 /// Runs `f` and returns its result with the calling thread's CPU time over the wall time it took.
@@ -314,6 +337,14 @@ fn main() -> Result<()> {
         ensure!(g == e, "graph and eager disagree at position {pos}: {g} vs {e}");
     }
 
+    // The floor at the bandwidth this GPU actually moves (a 1 GiB device-to-device copy, bytes
+    // read and written), beside the datasheet's.
+    let copy_bw = copy_bandwidth(&stream)?;
+    println!(
+        "device-to-device copy: {:.2} TB/s (read + written); datasheet HBM bandwidth {:.2} TB/s",
+        copy_bw / 1e12,
+        HBM_BYTES_PER_S / 1e12
+    );
     let mut rows = Vec::new();
     println!(
         "{} on {}, context {} + {} steps, median of {} reps",
@@ -324,8 +355,8 @@ fn main() -> Result<()> {
         a.reps
     );
     println!(
-        "{:>5} {:>10} {:>10} {:>10} {:>10} {:>9}",
-        "batch", "graph ms", "eager ms", "floor ms", "floor %", "tok/s"
+        "{:>5} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9}",
+        "batch", "graph ms", "eager ms", "floor ms", "floor %", "copy floor", "tok/s"
     );
     for &b in &a.batches {
         let graph = decode(&mut m, &rt, b, a.context, a.steps, a.reps, 0)?;
@@ -333,12 +364,14 @@ fn main() -> Result<()> {
         let kv_len = a.context + a.steps * (a.reps + 1) / 2;
         let bytes = cfg.step_weight_bytes() + b * cfg.kv_bytes(kv_len);
         let floor = bytes as f64 / HBM_BYTES_PER_S * 1e3;
+        let copy_floor = bytes as f64 / copy_bw * 1e3;
         println!(
-            "{b:>5} {graph:>10.3} {eager:>10.3} {floor:>10.3} {:>9.1}% {:>9.0}",
+            "{b:>5} {graph:>10.3} {eager:>10.3} {floor:>10.3} {:>9.1}% {copy_floor:>12.3} {:>9.0}",
             100.0 * floor / graph,
             b as f64 * 1e3 / graph
         );
-        rows.push(json!({"batch": b, "graph_ms": graph, "eager_ms": eager, "floor_ms": floor, "floor_share": floor / graph, "bytes_per_step": bytes}));
+        rows.push(json!({"batch": b, "graph_ms": graph, "eager_ms": eager, "floor_ms": floor, "floor_share": floor / graph,
+            "copy_floor_ms": copy_floor, "bytes_per_step": bytes}));
     }
     // Awaited vs blocking at batch 1, interleaved: awaited on a current-thread runtime and on a
     // multi-thread one (block_on drives the step on the calling thread, as a task's poll would),
@@ -479,6 +512,7 @@ fn main() -> Result<()> {
     let report = json!({
         "bench": "decode", "gpu": dev.name(), "shape": if a.small { "small" } else { "llama-3.2-1b" },
         "context": a.context, "steps": a.steps, "reps": a.reps, "rows": rows, "buckets": buckets,
+        "copy_bytes_per_s": copy_bw, "datasheet_bytes_per_s": HBM_BYTES_PER_S,
         "await_vs_blocking_us": (aw - bl) * 1e3, "os_park_wake_us": wake_us,
         "awaited_multi_thread_ms": aw_mt, "await_multi_thread_vs_blocking_us": (aw_mt - bl) * 1e3,
         "awaited_no_early_wake_ms": aw_late, "await_no_early_wake_vs_blocking_us": (aw_late - bl) * 1e3,

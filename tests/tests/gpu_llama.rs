@@ -282,43 +282,8 @@ fn hf_reference_large_buckets() -> TestResult {
     let w = HostWeights::from_safetensors(&dir.join("model.safetensors"), &cfg)?.upload(&s)?;
     let opts = ModelOptions { slots: 64, max_seq: 64, buckets: vec![1, 16, 64], ..Default::default() };
     let mut m = LlamaModel::new(&s, cfg, w, opts)?;
-    let vocab = m.config().vocab;
     for rows in [12usize, 64] {
-        // Row k runs prompt k % 3 in slot k.
-        let which = |k: usize| k % r.prompts.len();
-        let longest = r.prompts.iter().map(|p| p.tokens.len() - 1).max().unwrap_or(0);
-        let mut got: Vec<Vec<f32>> = vec![Vec::new(); rows];
-        for k in 0..rows {
-            m.release_slot(k as u32)?;
-        }
-        for t in 0..longest {
-            let active: Vec<(usize, Row)> = (0..rows)
-                .filter(|&k| t < r.prompts[which(k)].tokens.len() - 1)
-                .map(|k| {
-                    (k, Row { slot: k as u32, position: t as u32, token: r.prompts[which(k)].tokens[t] })
-                })
-                .collect();
-            let just: Vec<Row> = active.iter().map(|x| x.1).collect();
-            m.step(&just)?;
-            let l = m.last_logits()?;
-            for (i, (k, _)) in active.iter().enumerate() {
-                got[*k].extend_from_slice(&l[i * vocab..(i + 1) * vocab]);
-            }
-        }
-        let mut worst = 0.0f64;
-        for (k, g) in got.iter().enumerate() {
-            let p = &r.prompts[which(k)];
-            let err = max_abs(g, &p.f32_logits);
-            worst = worst.max(err / p.bf16_err);
-            ensure(
-                err <= p.bf16_err,
-                format!(
-                    "{rows} rows, row {k} (prompt {}): error {err:.4e} > PyTorch bf16's {:.4e}",
-                    which(k),
-                    p.bf16_err
-                ),
-            )?;
-        }
+        let worst = rows_against_reference(&mut m, &r, rows)?;
         eprintln!("{rows} rows: worst row error {worst:.3} of PyTorch bf16's own");
     }
     Ok(())
@@ -394,39 +359,50 @@ fn hf_reference_1b() -> TestResult {
     // A fifth still makes the argmax check meaningful; fewer would mean a degenerate reference.
     ensure(5 * clear >= positions, format!("only {clear} of {positions} positions had a clear margin"))?;
     for rows in [12usize, 64] {
-        let which = |k: usize| k % r.prompts.len();
-        let longest = r.prompts.iter().map(|p| p.tokens.len() - 1).max().unwrap_or(0);
-        let mut got: Vec<Vec<f32>> = vec![Vec::new(); rows];
-        for k in 0..rows {
-            m.release_slot(k as u32)?;
-        }
-        for t in 0..longest {
-            let active: Vec<(usize, Row)> = (0..rows)
-                .filter(|&k| t < r.prompts[which(k)].tokens.len() - 1)
-                .map(|k| {
-                    (k, Row { slot: k as u32, position: t as u32, token: r.prompts[which(k)].tokens[t] })
-                })
-                .collect();
-            let just: Vec<Row> = active.iter().map(|x| x.1).collect();
-            m.step(&just)?;
-            let l = m.last_logits()?;
-            for (j, (k, _)) in active.iter().enumerate() {
-                got[*k].extend_from_slice(&l[j * vocab..(j + 1) * vocab]);
-            }
-        }
-        let mut worst = 0.0f64;
-        for (k, g) in got.iter().enumerate() {
-            let p = &r.prompts[which(k)];
-            let err = max_abs(g, &p.f32_logits);
-            worst = worst.max(err / p.bf16_err);
-            ensure(
-                err <= p.bf16_err,
-                format!("1b, {rows} rows, row {k}: error {err:.4e} > PyTorch bf16's {:.4e}", p.bf16_err),
-            )?;
-        }
+        let worst = rows_against_reference(&mut m, &r, rows)?;
         eprintln!("1b, {rows} rows: worst row error {worst:.3} of PyTorch bf16's own");
     }
     Ok(())
+}
+
+/// All prompts of `r` teacher-forced at once over `rows` rows (row k runs prompt k % 3 in slot k,
+/// rows joining as their positions begin): every row's logits within PyTorch bf16's own error of
+/// the f32 reference. Returns the worst row's error as a fraction of that bound.
+fn rows_against_reference(m: &mut LlamaModel, r: &Reference, rows: usize) -> Result<f64, Failed> {
+    let vocab = m.config().vocab;
+    let which = |k: usize| k % r.prompts.len();
+    let longest = r.prompts.iter().map(|p| p.tokens.len() - 1).max().unwrap_or(0);
+    let mut got: Vec<Vec<f32>> = vec![Vec::new(); rows];
+    for k in 0..rows {
+        m.release_slot(k as u32)?;
+    }
+    for t in 0..longest {
+        let active: Vec<(usize, Row)> = (0..rows)
+            .filter(|&k| t < r.prompts[which(k)].tokens.len() - 1)
+            .map(|k| (k, Row { slot: k as u32, position: t as u32, token: r.prompts[which(k)].tokens[t] }))
+            .collect();
+        let just: Vec<Row> = active.iter().map(|x| x.1).collect();
+        m.step(&just)?;
+        let l = m.last_logits()?;
+        for (i, (k, _)) in active.iter().enumerate() {
+            got[*k].extend_from_slice(&l[i * vocab..(i + 1) * vocab]);
+        }
+    }
+    let mut worst = 0.0f64;
+    for (k, g) in got.iter().enumerate() {
+        let p = &r.prompts[which(k)];
+        let err = max_abs(g, &p.f32_logits);
+        worst = worst.max(err / p.bf16_err);
+        ensure(
+            err <= p.bf16_err,
+            format!(
+                "{rows} rows, row {k} (prompt {}): error {err:.4e} > PyTorch bf16's {:.4e}",
+                which(k),
+                p.bf16_err
+            ),
+        )?;
+    }
+    Ok(worst)
 }
 
 fn random_model(s: &Stream, opts: ModelOptions) -> Result<LlamaModel, Failed> {

@@ -252,17 +252,26 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// work queued afterwards sees its results.
     ///
     /// # Errors
-    /// As for [`DeviceBuffer::into_owner`].
+    /// As for [`DeviceBuffer::into_owner`]; [`Error::Capture`] also while the slice's cudarc
+    /// stream is being captured (the wait would invalidate that capture): the slice is then
+    /// dropped once every use of the buffer has completed, as a dropped buffer's owner is.
     pub fn into_cudarc(self) -> Result<CudaSlice<T>>
     where
         T: cudarc::driver::DeviceRepr,
     {
         const DURING: &str = "handing a buffer back to cudarc";
         // SAFETY: the slice's stream waits for the event before anything else it queues (the
-        // slice's own free included); if that wait cannot be queued, the host waits for the event
-        // before the slice may be dropped, or the slice is leaked.
+        // slice's own free included); while that stream is being captured, the slice is dropped
+        // only once the event has completed (the reaper); if the wait cannot be queued, the host
+        // waits for the event before the slice may be dropped, or the slice is leaked.
         let (mut slice, ev) = unsafe { self.into_owner_unsynced::<CudaSlice<T>>()? };
         let theirs = slice.stream().clone();
+        // A wait queued into cudarc's capture on an event recorded outside it would invalidate
+        // that capture (and not order the stream's later work): refused instead.
+        if let Err(e) = refuse_if_foreign_capture(&theirs) {
+            crate::track::reaper::drop_after(Arc::new(ev), Box::new(slice));
+            return Err(e);
+        }
         if let Err(e) = raw_waits(&theirs, &ev, DURING) {
             if ev.synchronize().is_err() {
                 std::mem::forget(slice);

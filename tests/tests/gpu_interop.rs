@@ -234,6 +234,37 @@ fn cudarc_capture_not_joined() -> TestResult {
     Ok(())
 }
 
+/// Handing a buffer back to cudarc while the slice's stream is under a capture begun through
+/// cudarc's safe `begin_capture` is refused with `Error::Capture`, before any wait is queued into
+/// that capture: cudarc's capture stays valid (its end succeeds). Mutation caught: the wait
+/// queued anyway (a wait on an event recorded outside the capture: the driver refuses it and
+/// invalidates cudarc's capture, so `end_capture` fails, and the hand-back fails with a driver
+/// error instead of `Error::Capture`). Not yet run on a GPU.
+fn into_cudarc_refused_while_cudarc_captures() -> TestResult {
+    let ctx = ctx()?;
+    let cs = ctx.new_stream().map_err(|e| e.to_string())?;
+    let s = Stream::new(&Device::new(0)?)?;
+    let slice = cs.clone_htod(&[1.0f32; 64]).map_err(|e| e.to_string())?;
+    // SAFETY: nothing else touches `slice` while it is wrapped.
+    let mut buf = unsafe { DeviceBuffer::from_cudarc(slice, &s)? };
+    // A use that outlasts cudarc's capture: the refused slice is released after it, not during
+    // the capture (where cudarc's free would be recorded).
+    // SAFETY: `buf` is never read on the host.
+    unsafe { SpinWrite { buf: &mut buf, ns: 50_000_000, v: 2.0 }.async_on(&s)? };
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    cs.begin_capture(mode).map_err(|e| e.to_string())?;
+    let refused = buf.into_cudarc();
+    let ended = cs.end_capture(sys::CUgraphInstantiate_flags(0)).map(drop).map_err(|e| e.to_string());
+    ensure(
+        matches!(refused, Err(cuda_core::Error::Capture(_))),
+        format!("handing back to a capturing cudarc stream is refused, got {:?}", refused.map(|_| ())),
+    )?;
+    ensure(ended.is_ok(), format!("cudarc's capture was left valid, got {ended:?}"))?;
+    s.synchronize()?;
+    cs.synchronize().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("cudarc_round_trip", cudarc_round_trip)
@@ -241,6 +272,7 @@ fn main() {
         .gpu("owner_released_after_last_use", owner_released_after_last_use)
         .gpu("wrap_checks", wrap_checks)
         .gpu("owner_handed_back_after_uses", owner_handed_back_after_uses)
-        .gpu("cudarc_capture_not_joined", cudarc_capture_not_joined);
+        .gpu("cudarc_capture_not_joined", cudarc_capture_not_joined)
+        .gpu("into_cudarc_refused_while_cudarc_captures", into_cudarc_refused_while_cudarc_captures);
     s.run()
 }

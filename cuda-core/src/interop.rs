@@ -64,8 +64,7 @@ fn same_context(ctx: &CudaContext, device: &Device, during: &'static str) -> Res
 /// Refused while `other` is being captured (through cudarc's safe `begin_capture`): waiting for an
 /// event recorded inside a capture would pull `stream` into that capture behind this crate's back,
 /// and its allocations, launches and frees would be recorded into cudarc's graph instead of run.
-/// The event's own state tells (`CUDA_ERROR_CAPTURED_EVENT`), with no race against a capture
-/// beginning on another thread.
+/// `other`'s capture status is read before and after the event is recorded (see the body).
 fn wait_raw(stream: &Stream, other: &CudaStream, during: &'static str) -> Result<()> {
     let state = stream.lock();
     crate::track::state::refuse_if_capturing(&state, during)?;
@@ -73,13 +72,15 @@ fn wait_raw(stream: &Stream, other: &CudaStream, during: &'static str) -> Result
     // A wait on an event recorded inside cudarc's capture would pull this stream into that
     // capture, unknown to this crate. `cuStreamIsCapturing` is legal during a capture (an event
     // query is not: it would invalidate the caller's capture), so the status is read before and
-    // after the record: a capture that began before the record is seen by the second read, one
-    // that begins after it cannot have captured the event.
+    // after the record: a capture that began before the record and is still open is seen by the
+    // second read, one that begins after it cannot have captured the event. (A capture begun and
+    // ended by another thread between the two reads is not seen: the event is then one of an
+    // ended capture, and the wait below is left to the driver to refuse.)
     refuse_if_foreign_capture(other)?;
     let ev = other.record_event(None).map_err(cudarc_err(during))?;
     refuse_if_foreign_capture(other)?;
     // SAFETY: live stream (its lock held) and a live event of the same (primary) context,
-    // recorded while `other` was not capturing (checked after the record).
+    // recorded while no capture that is still open held `other` (checked after the record).
     unsafe { result::stream_wait_event(stream.raw(), ev.cu_event(), during) }
 }
 

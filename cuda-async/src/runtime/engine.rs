@@ -430,6 +430,10 @@ fn run(e: &'static Engine, shard: &'static Shard) {
                     if let Some(a) = p.alarm.take() {
                         EARLY_WAKES.fetch_add(1, Ordering::Relaxed);
                         work.wakers.push_back(a.waker);
+                        // The woken task now spins for the op's last stretch: stay hot (no nap)
+                        // so that its completion is seen within the spin window.
+                        work.last_progress = now;
+                        work.nap = Duration::from_micros(20);
                     }
                 }
                 Some(at) => next_alarm = Some(next_alarm.map_or(at, |n| n.min(at))),

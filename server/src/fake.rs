@@ -22,6 +22,9 @@ pub struct FakeEngine {
     limits: EngineLimits,
     history: Vec<Vec<u32>>,
     delay: Duration,
+    /// Whether `delay` is kept to the microsecond (a blocking-pool thread sleeps and then spins)
+    /// instead of a tokio sleep (millisecond timer granularity).
+    precise: bool,
     bucket_sensitive: bool,
     steps: Arc<AtomicU64>,
 }
@@ -48,6 +51,7 @@ impl FakeEngine {
             },
             history: vec![Vec::new(); slots as usize],
             delay: Duration::ZERO,
+            precise: false,
             bucket_sensitive: false,
             steps: Arc::new(AtomicU64::new(0)),
         }
@@ -56,6 +60,16 @@ impl FakeEngine {
     /// Sleeps `delay` in every call (a GPU step's duration).
     pub fn with_delay(mut self, delay: Duration) -> FakeEngine {
         self.delay = delay;
+        self
+    }
+
+    /// Like [`FakeEngine::with_delay`], but the delay is kept to the microsecond: each call waits on
+    /// a blocking-pool thread that sleeps until shortly before the end and spins the rest, as a
+    /// model thread waiting on the GPU would (a tokio sleep rounds up to the timer's millisecond).
+    /// For timing the batcher itself (`llama-batch-bench --fake --fake-step-us N`).
+    pub fn with_precise_delay(mut self, delay: Duration) -> FakeEngine {
+        self.delay = delay;
+        self.precise = true;
         self
     }
 
@@ -175,8 +189,25 @@ impl FakeEngine {
 
     async fn pause(&self) {
         self.steps.fetch_add(1, Ordering::Relaxed);
-        if !self.delay.is_zero() {
+        if self.delay.is_zero() {
+            return;
+        }
+        if !self.precise {
             tokio::time::sleep(self.delay).await;
+            return;
+        }
+        let delay = self.delay;
+        let wait = move || {
+            let end = std::time::Instant::now() + delay;
+            if let Some(coarse) = delay.checked_sub(Duration::from_micros(200)) {
+                std::thread::sleep(coarse);
+            }
+            while std::time::Instant::now() < end {
+                std::hint::spin_loop();
+            }
+        };
+        if tokio::task::spawn_blocking(wait).await.is_err() {
+            // The blocking pool is gone (runtime shutting down): nothing left to time.
         }
     }
 }

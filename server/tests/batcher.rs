@@ -236,3 +236,28 @@ async fn same_path_replay_on_a_bucket_sensitive_engine() {
     h2.shutdown(Duration::ZERO);
     t2.await.unwrap();
 }
+
+/// `FakeEngine::with_precise_delay` keeps an engine call to its delay: of 21 decode calls of
+/// 300 µs, none is shorter and the median is under 800 µs. `with_delay` (a tokio sleep, whose
+/// deadline the timer rounds up to its next millisecond) makes each back-to-back call a millisecond
+/// or more, which is what `llama-batch-bench --fake --fake-step-us` would otherwise time instead
+/// of the batcher. (The median, not the sum: a busy machine may delay a few calls.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn precise_delay_is_kept() {
+    let delay = Duration::from_micros(300);
+    let mut e = FakeEngine::new(4, 64, 2048, 64).with_precise_delay(delay);
+    let row = server::engine::DecodeRow { slot: 0, position: 0, token: 5, sampling: Sampling::GREEDY };
+    let mut took = Vec::new();
+    for p in 0..21u32 {
+        let t = Instant::now();
+        e.decode(&[server::engine::DecodeRow { position: p, ..row }]).await.expect("decode");
+        took.push(t.elapsed());
+    }
+    took.sort();
+    assert!(took[0] >= delay, "a 300 µs call took {:?}", took[0]);
+    assert!(
+        took[10] < Duration::from_micros(800),
+        "median of 300 µs calls: {:?} (rounded to the timer?)",
+        took[10]
+    );
+}

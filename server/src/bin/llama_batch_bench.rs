@@ -51,6 +51,12 @@ struct Args {
     /// Use the CPU FakeEngine instead of the GPU (for a dry run).
     #[arg(long)]
     fake: bool,
+    /// With `--fake`: every engine call (decode step or prefill call) takes this many
+    /// microseconds, kept to the microsecond (a model of the GPU step, for timing the batcher's
+    /// own overhead and the cost of prefill rounds between decode rounds). Without it, a tokio
+    /// sleep of 200 µs (rounded up to the timer's millisecond).
+    #[arg(long)]
+    fake_step_us: Option<u64>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -78,8 +84,11 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         verify: args.verify,
     };
     let (outcome, limits) = if args.fake {
-        let e = FakeEngine::new(args.slots as u32, args.max_seq as u32, 2048, args.prefill_chunk)
-            .with_delay(std::time::Duration::from_micros(200));
+        let e = FakeEngine::new(args.slots as u32, args.max_seq as u32, 2048, args.prefill_chunk);
+        let e = match args.fake_step_us {
+            Some(us) => e.with_precise_delay(std::time::Duration::from_micros(us)),
+            None => e.with_delay(std::time::Duration::from_micros(200)),
+        };
         let (h, task) = spawn(e, bcfg);
         let o = run(&h, &load).await?;
         h.shutdown(std::time::Duration::ZERO);

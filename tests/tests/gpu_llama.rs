@@ -159,35 +159,10 @@ fn hf_reference(fused: bool) -> TestResult {
     let mut m = hf_model(&dir, &s, fused)?;
     let vocab = m.config().vocab;
     let (mut forced_checked, mut free_checked, mut positions) = (0, 0, 0);
-    let argmax = |l: &[f32]| (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b });
     for (i, p) in r.prompts.iter().enumerate() {
-        let ids = &p.tokens[..p.tokens.len() - 1];
-        let ours: Vec<f32> = m.forced_logits(i as u32, ids)?.concat();
-        let err = max_abs(&ours, &p.f32_logits);
-        eprintln!("prompt {i}: ours vs f32 max |err| {err:.4e}; PyTorch bf16 vs f32 {:.4e}", p.bf16_err);
-        ensure(
-            err <= p.bf16_err,
-            format!("prompt {i}: logits error {err:.4e} exceeds PyTorch bf16's {:.4e}", p.bf16_err),
-        )?;
-        // Teacher-forced: at every position whose reference margin is clear, the same argmax.
-        for t in 0..ids.len() {
-            positions += 1;
-            if p.margins[t] <= 2.0 * p.bf16_err {
-                continue;
-            }
-            let (a, b) = (
-                argmax(&ours[t * vocab..(t + 1) * vocab]),
-                argmax(&p.f32_logits[t * vocab..(t + 1) * vocab]),
-            );
-            ensure(
-                a == b,
-                format!(
-                    "prompt {i} position {t}: argmax {a} vs the reference's {b} (margin {:.3e})",
-                    p.margins[t]
-                ),
-            )?;
-            forced_checked += 1;
-        }
+        let (clear, of) = forced_against_reference(&mut m, i, p, "")?;
+        forced_checked += clear;
+        positions += of;
         // Free-running greedy generation: every token identical to Hugging Face's (what
         // docs/results/decode.md reports: all 48 of 3 prompts x 16 steps). A divergence at a step
         // whose reference margin is unclear would be legitimate for a bf16 run, but it has not
@@ -309,33 +284,11 @@ fn hf_reference_1b() -> TestResult {
     let w = HostWeights::from_safetensors(&dir.join("model.safetensors"), &cfg)?.upload(&s)?;
     let opts = ModelOptions { slots: 64, max_seq: 64, buckets: vec![1, 16, 64], ..Default::default() };
     let mut m = LlamaModel::new(&s, cfg, w, opts)?;
-    let vocab = m.config().vocab;
-    let argmax = |l: &[f32]| (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b });
     let (mut clear, mut positions, mut free) = (0, 0, 0);
     for (i, p) in r.prompts.iter().enumerate() {
-        let ids = &p.tokens[..p.tokens.len() - 1];
-        let ours: Vec<f32> = m.forced_logits(i as u32, ids)?.concat();
-        let err = max_abs(&ours, &p.f32_logits);
-        eprintln!("1b prompt {i}: ours vs f32 max |err| {err:.4e}; PyTorch bf16 vs f32 {:.4e}", p.bf16_err);
-        ensure(
-            err <= p.bf16_err,
-            format!("1b prompt {i}: error {err:.4e} exceeds PyTorch bf16's {:.4e}", p.bf16_err),
-        )?;
-        for t in 0..ids.len() {
-            positions += 1;
-            if p.margins[t] <= 2.0 * p.bf16_err {
-                continue;
-            }
-            let (a, b) = (
-                argmax(&ours[t * vocab..(t + 1) * vocab]),
-                argmax(&p.f32_logits[t * vocab..(t + 1) * vocab]),
-            );
-            ensure(
-                a == b,
-                format!("1b prompt {i} position {t}: argmax {a} vs {b} (margin {:.3e})", p.margins[t]),
-            )?;
-            clear += 1;
-        }
+        let (c, of) = forced_against_reference(&mut m, i, p, "1b ")?;
+        clear += c;
+        positions += of;
         m.release_slot(i as u32)?;
         let gen = m.generate(i as u32, &p.prompt, r.steps)?;
         for t in 0..r.steps {
@@ -363,6 +316,45 @@ fn hf_reference_1b() -> TestResult {
         eprintln!("1b, {rows} rows: worst row error {worst:.3} of PyTorch bf16's own");
     }
     Ok(())
+}
+
+/// Prompt `i` of a reference teacher-forced through `m` (slot `i`): its logits within PyTorch
+/// bf16's own error of the f32 reference, and the same argmax at every position whose reference
+/// top-2 margin is clear (above twice that error). Returns (positions with a clear margin,
+/// positions). `label` prefixes the messages.
+fn forced_against_reference(
+    m: &mut LlamaModel,
+    i: usize,
+    p: &Prompt,
+    label: &str,
+) -> Result<(usize, usize), Failed> {
+    let vocab = m.config().vocab;
+    let argmax = |l: &[f32]| (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b });
+    let ids = &p.tokens[..p.tokens.len() - 1];
+    let ours: Vec<f32> = m.forced_logits(i as u32, ids)?.concat();
+    let err = max_abs(&ours, &p.f32_logits);
+    eprintln!("{label}prompt {i}: ours vs f32 max |err| {err:.4e}; PyTorch bf16 vs f32 {:.4e}", p.bf16_err);
+    ensure(
+        err <= p.bf16_err,
+        format!("{label}prompt {i}: logits error {err:.4e} exceeds PyTorch bf16's {:.4e}", p.bf16_err),
+    )?;
+    let mut clear = 0;
+    for t in 0..ids.len() {
+        if p.margins[t] <= 2.0 * p.bf16_err {
+            continue;
+        }
+        let (a, b) =
+            (argmax(&ours[t * vocab..(t + 1) * vocab]), argmax(&p.f32_logits[t * vocab..(t + 1) * vocab]));
+        ensure(
+            a == b,
+            format!(
+                "{label}prompt {i} position {t}: argmax {a} vs the reference's {b} (margin {:.3e})",
+                p.margins[t]
+            ),
+        )?;
+        clear += 1;
+    }
+    Ok((clear, ids.len()))
 }
 
 /// All prompts of `r` teacher-forced at once over `rows` rows (row k runs prompt k % 3 in slot k,

@@ -140,11 +140,18 @@ __device__ __forceinline__ void rope_pair(float x1, float x2, float c, float sn,
 // written by `rope_append` in an earlier launch. The kernel then appends nothing and reads
 // position pos from the cache like every other; it only rotates the queries. Rows of one slot at
 // consecutive positions may then share a launch: every block only reads the caches.
+//
+// split_min (>= 1; the launcher's policy): a row uses only as many of the grid's splits as give
+// each at least split_min positions, S_row = min(gridDim.z, ceil((pos + 1) / split_min)); the
+// blocks past S_row of that row return at once (after PDL_WAIT) and take no part in its combine.
+// A short row then pays no cross-block combine (S_row == 1) or a small one, while a long row
+// still spreads over the whole grid. Every block of a (row, head) reads the same positions[b],
+// so they agree on S_row.
 template <unsigned G, unsigned HD, bool APPENDED>
 __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache,
                                                const unsigned* slots, const unsigned* positions,
                                                const float* inv_freq, bf16_t* out, float* partial,
-                                               unsigned* counters, AttnShape s) {
+                                               unsigned* counters, AttnShape s, unsigned split_min) {
     __shared__ __align__(16) float q_s[G][HD];
     __shared__ float kn_s[HD], vn_s[HD];
     __shared__ float m_s[ATTN_WARPS][G];
@@ -160,7 +167,7 @@ __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cach
     // qkv) before touching memory.
     PDL_LAUNCH();
     PDL_WAIT();
-    unsigned kvh = blockIdx.x, b = blockIdx.y, z = blockIdx.z, splits = gridDim.z;
+    unsigned kvh = blockIdx.x, b = blockIdx.y, z = blockIdx.z;
     if (kvh >= s.kv_heads || b >= s.batch || z >= ATTN_SPLITS) return;
     unsigned hd = s.head_dim, half = hd / 2, group = s.heads / s.kv_heads;
     size_t qkv_row = ((size_t)s.heads + 2 * (size_t)s.kv_heads) * hd;
@@ -177,6 +184,9 @@ __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cach
             for (unsigned i = threadIdx.x; i < group * hd; i += blockDim.x) o[i] = NAN_BF16;
         return;
     }
+    // This row's splits (pos < max_seq <= 2^31 - 1: no wrap; split_min 0 is taken as 1).
+    unsigned splits = min(gridDim.z, pos / max(split_min, 1u) + 1);
+    if (z >= splits) return; // (z == 0 < splits: the append and the output are never skipped)
     size_t head_base = ((size_t)slot * s.kv_heads + kvh) * s.max_seq * hd;
     // Rotary embedding (Hugging Face's rotate_half convention; cos/sin rounded to bf16 as there).
     for (unsigned i = threadIdx.x; i < half; i += blockDim.x) {
@@ -371,9 +381,9 @@ __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cach
     extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32)                                       \
         NAME(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, const unsigned* slots,                 \
              const unsigned* positions, const float* inv_freq, bf16_t* out, float* partial,             \
-             unsigned* counters, AttnShape s) {                                                          \
+             unsigned* counters, AttnShape s, unsigned split_min) {                                      \
         rope_attention<G, HD, APPENDED>(qkv, k_cache, v_cache, slots, positions, inv_freq, out, partial, \
-                                        counters, s);                                                    \
+                                        counters, s, split_min);                                         \
     }
 ROPE_ATTENTION_KERNEL(rope_attention_bf16, MAX_GROUP, MAX_HD, false)
 ROPE_ATTENTION_KERNEL(rope_attention_g4_hd64_bf16, 4, 64, false)

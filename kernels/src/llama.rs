@@ -51,6 +51,13 @@ pub const ARGMAX_SPLIT: usize = 64;
 const ATTN_WARPS: u32 = 4;
 /// Blocks per (row, key/value head) of the split attention (`ATTN_SPLITS`).
 pub const ATTN_SPLITS: usize = 16;
+/// The fewest positions one split of the attention takes by default: a row of `len` positions
+/// uses `min(grid splits, ceil(len / ATTN_SPLIT_MIN))` of its blocks (one round of the block's
+/// four warps, 32 positions each), so a short context pays no cross-block combine. The
+/// environment variable `CUDA_ASYNC_ATTN_SPLIT_MIN` (a positive integer, read when the kernels
+/// load on a device) overrides it, to measure the policy (`bench-decode` records it); `1` gives
+/// the policy of earlier builds (every block of the grid takes a slice).
+pub const ATTN_SPLIT_MIN: u32 = 128;
 /// The most rows one [`LlamaKernels::rope_attention`] or [`LlamaKernels::argmax`] launch takes
 /// (one grid row per batch row: `gridDim.y <= 65535`).
 pub const MAX_BATCH: usize = 65_535;
@@ -221,6 +228,8 @@ pub struct LlamaKernels {
     pub(crate) device: Device,
     pub(crate) max_blocks: u32,
     sms: u32,
+    /// Positions per attention split at least ([`ATTN_SPLIT_MIN`] or its override).
+    split_min: u32,
     embed: Function,
     rmsnorm: Function,
     silu_mul: Function,
@@ -251,6 +260,7 @@ impl LlamaKernels {
                 device: *device,
                 max_blocks: device.multiprocessor_count()?.saturating_mul(8).max(1),
                 sms: device.multiprocessor_count()?.max(1),
+                split_min: attention_split_min(),
                 embed: m.function("embed_bf16")?,
                 rmsnorm: m.function("rmsnorm_bf16")?,
                 silu_mul: m.function("silu_mul_bf16")?,
@@ -265,6 +275,19 @@ impl LlamaKernels {
                 randn: m.function("randn_bf16")?,
             })
         })
+    }
+
+    /// The fewest positions per attention split these kernels use: [`ATTN_SPLIT_MIN`], or the
+    /// value of `CUDA_ASYNC_ATTN_SPLIT_MIN` when the kernels loaded.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// let dev = cuda_core::Device::new(0)?;
+    /// assert!(kernels::llama::LlamaKernels::get(&dev)?.attention_split_min() >= 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn attention_split_min(&self) -> u32 {
+        self.split_min
     }
 
     pub(crate) fn same_device(
@@ -524,7 +547,9 @@ impl LlamaKernels {
             return Ok(());
         }
         // Splits per (row, head): enough blocks for about two per multiprocessor, at most
-        // ATTN_SPLITS (1 when the rows alone fill the GPU: no partials, no combining).
+        // ATTN_SPLITS (1 when the rows alone fill the GPU: no partials, no combining). Each row
+        // uses only those of them that get split_min positions or more (the kernel decides from
+        // its position, which only the device knows at a graph's replay).
         let blocks = shape.kv_heads as usize * batch;
         let splits = (2 * self.sms as usize).div_ceil(blocks).clamp(1, ATTN_SPLITS) as u32;
         let cfg = LaunchConfig {
@@ -542,7 +567,8 @@ impl LlamaKernels {
         };
         // SAFETY: both kernels match `rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cache, bf16_t*
         // v_cache, const unsigned* slots, const unsigned* positions, const float* inv_freq,
-        // bf16_t* out, float* partial, unsigned* counters, AttnShape)`; every length was checked
+        // bf16_t* out, float* partial, unsigned* counters, AttnShape, unsigned split_min)` (any
+        // split_min is valid: the kernel takes 0 as 1); every length was checked
         // against `shape` above, and the kernel checks slots[b] < slots and positions[b] < max_seq
         // before touching the caches. Blocks of one (row, head) share only their own slice of
         // `partial` and counter (fenced, combined by the last block, which resets the counter to
@@ -555,7 +581,19 @@ impl LlamaKernels {
             f.launch_overlapped(
                 s,
                 cfg,
-                (qkv, k_cache, v_cache, slots, positions, inv_freq, out, partial, counters, shape),
+                (
+                    qkv,
+                    k_cache,
+                    v_cache,
+                    slots,
+                    positions,
+                    inv_freq,
+                    out,
+                    partial,
+                    counters,
+                    shape,
+                    self.split_min,
+                ),
             )
         }
     }
@@ -640,6 +678,16 @@ pub fn embed_config(batch: usize, hidden: usize) -> LaunchConfig {
 pub fn rmsnorm_config(rows: usize) -> LaunchConfig {
     let blocks = rows.clamp(1, MAX_ROW_BLOCKS as usize) as u32; // <= 65535
     LaunchConfig { grid: (blocks, 1, 1), block: (256, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// [`ATTN_SPLIT_MIN`], or a positive `CUDA_ASYNC_ATTN_SPLIT_MIN` (any other value is ignored:
+/// the policy only moves work between blocks, every value gives correct results).
+fn attention_split_min() -> u32 {
+    std::env::var("CUDA_ASYNC_ATTN_SPLIT_MIN")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(ATTN_SPLIT_MIN)
 }
 
 #[cfg(test)]

@@ -143,11 +143,14 @@ fn check(shape: AttnShape, positions: &[u32]) -> TestResult {
     Ok(())
 }
 
-/// Few rows: many splits per (row, head), combined by the last block through `partial`.
+/// Few rows: many splits per (row, head), combined by the last block through `partial`. Each
+/// row uses as many of the grid's splits as give every one `attention_split_min` positions (128
+/// by default): here 1 (positions 0 and 37: no combine), 3 (299) and all 16 (2099) in one launch,
+/// so blocks of one row return early while those of another combine.
 fn split_rows_match_host() -> TestResult {
     let shape =
-        AttnShape { batch: 3, heads: 8, kv_heads: 2, head_dim: 64, slots: 3, max_seq: 300, scale: 0.125 };
-    check(shape, &[0, 37, 299])
+        AttnShape { batch: 4, heads: 8, kv_heads: 2, head_dim: 64, slots: 4, max_seq: 2100, scale: 0.125 };
+    check(shape, &[0, 37, 299, 2099])
 }
 
 /// Rows x kv_heads past two blocks per multiprocessor: one split, the block writes the output.

@@ -63,7 +63,8 @@ struct Args {
     python: String,
     /// Profile instead of timing: for each batch, fill the context, then run one graph step with
     /// an attached profiler's collection on (`Device::profile`; run under `ncu
-    /// --profile-from-start off`), and exit.
+    /// --profile-from-start off`); then the same for the prefill of each `--ttft` prompt (a
+    /// warm-up and a timed run: ttft's repetitions, collected from the second); and exit.
     #[arg(long)]
     profile: bool,
     /// Variants of the gpt-fast style PyTorch baseline (`scripts/torch_static_decode.py`); empty
@@ -326,6 +327,15 @@ fn main() -> Result<()> {
             m.step(&rows)?;
             dev.profile(false)?;
             println!("profiled one graph step at batch {b}");
+        }
+        // Then one prefill of each `--ttft` prompt (its chunk graphs captured by an unprofiled
+        // run first).
+        for &n in &a.ttft {
+            ttft(&mut m, n, 1)?;
+            dev.profile(true)?;
+            ttft(&mut m, n, 1)?;
+            dev.profile(false)?;
+            println!("profiled the prefill of a {n}-token prompt");
         }
         return Ok(());
     }

@@ -169,13 +169,21 @@ fn thread_cpu() -> Duration {
 
 /// A lone awaiter of a slow op (3 ms of GPU time) on a current-thread runtime: the engine predicts
 /// the op's duration from the previous await and wakes the task shortly before the end (the early
-/// wake), and the task spins only for that last stretch. Every await after the first fires an
-/// early wake, none resolves before its kernel finished, and the awaiting thread's CPU time stays
-/// well below the wall time (it sleeps through most of each op).
+/// wake), and the task spins only for that last stretch. In a round of six awaits, every await
+/// after the first fires an early wake (at least 4 of 5), none resolves before its kernel
+/// finished, and the awaiting thread's CPU time stays well below the wall time (it sleeps through
+/// most of each op).
 ///
-/// Mutations it catches: no alarm set in `DeviceFuture::submit` (no early wake fires); a poll
-/// that spins until the op ends instead of from the alarm on (CPU share); an alarm poll that
-/// resolves without the op being complete (`late`).
+/// The early wake is best effort: an engine thread that the operating system runs more than the
+/// wake's lead (100 µs) late finds the op already complete and wakes the task the ordinary way.
+/// With the host's CPUs oversubscribed (this suite beside 19 sanitizer processes on 16 cores, H100
+/// host, 2026-11-27) one round saw 2 of 5. So up to three rounds are run and one must show the
+/// early wakes and the CPU share; the "never before the kernel finished" check holds in every
+/// round.
+///
+/// Mutations it catches: no alarm set in `DeviceFuture::submit` (no early wake fires in any
+/// round); a poll that spins until the op ends instead of from the alarm on (CPU share); an alarm
+/// poll that resolves without the op being complete (`late`).
 fn early_wake_before_the_end() -> TestResult {
     let d = dev()?;
     let s = Stream::new(&d)?;
@@ -184,25 +192,33 @@ fn early_wake_before_the_end() -> TestResult {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let mut buf = DeviceBuffer::<f32>::zeros(&s, 256)?;
     s.synchronize()?;
-    let before = cuda_async::early_wakes();
-    let (mut late, mut cpu, mut wall) = (0, Duration::ZERO, Duration::ZERO);
-    for k in 0..6 {
-        let (c0, t0) = (thread_cpu(), Instant::now());
-        let ev = rt.block_on(SlowThenEvent { buf: &mut buf, ns: 3_000_000 }.into_op().on(&s))?;
-        if k > 0 {
-            cpu += thread_cpu().saturating_sub(c0);
-            wall += t0.elapsed();
+    let mut rounds = Vec::new();
+    for _round in 0..3 {
+        let before = cuda_async::early_wakes();
+        let (mut late, mut cpu, mut wall) = (0, Duration::ZERO, Duration::ZERO);
+        for k in 0..6 {
+            let (c0, t0) = (thread_cpu(), Instant::now());
+            let ev = rt.block_on(SlowThenEvent { buf: &mut buf, ns: 3_000_000 }.into_op().on(&s))?;
+            if k > 0 {
+                cpu += thread_cpu().saturating_sub(c0);
+                wall += t0.elapsed();
+            }
+            late += usize::from(!ev.query()?);
         }
-        late += usize::from(!ev.query()?);
+        let fired = cuda_async::early_wakes() - before;
+        ensure(late == 0, format!("{late} awaits resolved before their kernel finished"))?;
+        let share = cpu.as_secs_f64() / wall.as_secs_f64().max(1e-9);
+        rounds.push(format!("{fired} early wakes over 5 awaits, CPU share {share:.2}"));
+        if fired >= 4 && share < 0.7 {
+            eprintln!("{}", rounds.join("; "));
+            return ensure(buf.to_vec()?.iter().all(|&v| v == 1.0), "the kernels' writes");
+        }
     }
-    let fired = cuda_async::early_wakes() - before;
-    ensure(late == 0, format!("{late} awaits resolved before their kernel finished"))?;
-    ensure(fired >= 4, format!("{fired} early wakes over 5 awaits with a prediction (want >= 4)"))?;
-    ensure(
-        cpu.as_secs_f64() < 0.7 * wall.as_secs_f64(),
-        format!("the awaiting thread was on the CPU for {cpu:?} of {wall:?}: it spun through the op"),
-    )?;
-    ensure(buf.to_vec()?.iter().all(|&v| v == 1.0), "the kernels' writes")
+    Err(format!(
+        "no round had at least 4 early wakes over 5 awaits with the awaiting thread on the CPU under 0.7 of the time: {}",
+        rounds.join("; ")
+    )
+    .into())
 }
 
 /// A waker that, when woken, awaits another op to completion right there (on the thread that

@@ -176,13 +176,13 @@ fn thread_cpu() -> Duration {
 ///
 /// The early wake is best effort: an engine thread that the operating system runs more than the
 /// wake's lead (100 µs) late finds the op already complete and wakes the task the ordinary way.
-/// With the host's CPUs oversubscribed (this suite beside 19 sanitizer processes on 16 cores, H100
-/// host, 2026-11-27) one round saw 2 of 5. So up to three rounds are run and one must show the
-/// early wakes and the CPU share; the "never before the kernel finished" check holds in every
-/// round.
+/// So up to three rounds are run, and one must show the early wakes and the CPU share; the "never
+/// before the kernel finished" check holds in every round. (On the H100 this test failed all three
+/// rounds, 1, 0 and 0 early wakes, before the fix in `solo_duration`: a prediction that included
+/// a late notice put every later alarm after the op's end.)
 ///
 /// Mutations it catches: no alarm set in `DeviceFuture::submit` (no early wake fires in any
-/// round); a poll that spins until the op ends instead of from the alarm on (CPU share); an alarm
+/// round); `Solo::record` ignoring the unused alarm (seen on the H100: no round passes); a poll that spins until the op ends instead of from the alarm on (CPU share); an alarm
 /// poll that resolves without the op being complete (`late`).
 fn early_wake_before_the_end() -> TestResult {
     let d = dev()?;

@@ -36,7 +36,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 enum Target {
     Default,
@@ -62,8 +62,30 @@ struct Solo {
 }
 
 impl Solo {
-    fn record(&self) {
-        self.engine.record_solo(self.start.elapsed());
+    /// Records the await's duration as the next prediction. `unused_alarm` is the time of an
+    /// early wake that never came into play (the engine saw the op complete first): then the
+    /// recorded duration is at most the alarm's offset (see [`solo_duration`]).
+    fn record(&self, unused_alarm: Option<Instant>) {
+        self.engine.record_solo(solo_duration(self.start, Instant::now(), unused_alarm));
+    }
+}
+
+/// The duration a solo await records for the next prediction: from `start` to `observed` (when the
+/// task saw the op complete), but no more than the offset of an early-wake alarm that did not
+/// fire before the op completed.
+///
+/// The observed duration includes how late the completion was noticed (an engine napping past the
+/// end, the operating system waking the task). Recorded as is after a missed alarm, it would put
+/// the next alarm after the op's end as well, and every later one too: the early wake would stay
+/// off for good (found on the H100: `gpu_completion::early_wake_before_the_end` saw 0 or 1 of 5
+/// early wakes once a first prediction had been long). Capped at the unused alarm's offset, the
+/// next alarm comes at least one lead (`AwaitSpin::early_wake`) earlier than the missed one, until
+/// one fires before the end; its spin then sees the true end and the prediction is exact again.
+fn solo_duration(start: Instant, observed: Instant, unused_alarm: Option<Instant>) -> Duration {
+    let took = observed.saturating_duration_since(start);
+    match unused_alarm {
+        Some(at) => took.min(at.saturating_duration_since(start)),
+        None => took,
     }
 }
 
@@ -147,7 +169,7 @@ impl<O: DeviceOp> DeviceFuture<O> {
                 match wait.poll() {
                     Ok(true) => {
                         if let Some(solo) = &solo {
-                            solo.record();
+                            solo.record(None);
                         }
                         return Ok(State::Ready(output));
                     }
@@ -210,7 +232,7 @@ impl<O: DeviceOp> Future for DeviceFuture<O> {
                 }
             }
         }
-        let State::Submitted(out, completion, solo, _) = std::mem::replace(&mut this.state, State::Finished)
+        let State::Submitted(out, completion, solo, early) = std::mem::replace(&mut this.state, State::Finished)
         else {
             return Poll::Pending;
         };
@@ -218,7 +240,9 @@ impl<O: DeviceOp> Future for DeviceFuture<O> {
         match completion.failure().cloned() {
             None => {
                 if let Some(solo) = solo {
-                    solo.record();
+                    // `early` is still here only if the alarm never woke this task before the
+                    // completion did.
+                    solo.record(early.map(|w| w.from));
                 }
                 Poll::Ready(Ok(out))
             }
@@ -233,5 +257,24 @@ impl<T: DeviceOp> std::future::IntoFuture for Op<T> {
     /// Runs on a stream chosen by the default policy of the default device, when first polled.
     fn into_future(self) -> DeviceFuture<T> {
         DeviceFuture::with_default_policy(self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::solo_duration;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_missed_alarm_caps_the_next_prediction() {
+        let start = Instant::now();
+        let ms = |n: u64| start + Duration::from_micros(n);
+        // Seen 3.16 ms after submission; the alarm for 3.06 ms never fired: record 3.06 ms, so
+        // that the next alarm (100 µs before) comes at 2.96 ms.
+        assert_eq!(solo_duration(start, ms(3160), Some(ms(3060))), Duration::from_micros(3060));
+        // No alarm, or an alarm that fired (consumed): the observed duration.
+        assert_eq!(solo_duration(start, ms(3160), None), Duration::from_micros(3160));
+        // Seen before the alarm's time (the op was much shorter than predicted): the observation.
+        assert_eq!(solo_duration(start, ms(500), Some(ms(3060))), Duration::from_micros(500));
     }
 }

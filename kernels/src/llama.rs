@@ -58,6 +58,12 @@ pub const ATTN_SPLITS: usize = 16;
 /// load on a device) overrides it, to measure the policy (`bench-decode` records it); `1` gives
 /// the policy of earlier builds (every block of the grid takes a slice).
 pub const ATTN_SPLIT_MIN: u32 = 128;
+/// The tiled cached attention ([`LlamaKernels::attention_cached`] where the shape fits): rows per
+/// block (`PT_ROWS` in `cuda/prefill.cu`), threads per block, and the shapes it is compiled for.
+const TILED_ROWS: u32 = 8;
+const TILED_THREADS: u32 = 128;
+const TILED_MAX_GROUP: u32 = 4;
+const TILED_HEAD_DIM: u32 = 64;
 /// The most rows one [`LlamaKernels::rope_attention`] or [`LlamaKernels::argmax`] launch takes
 /// (one grid row per batch row: `gridDim.y <= 65535`).
 pub const MAX_BATCH: usize = 65_535;
@@ -239,6 +245,8 @@ pub struct LlamaKernels {
     /// The attention over keys and values already in the cache (`APPENDED`), both builds.
     attention_cached: Function,
     attention_cached_small: Function,
+    /// The tiled cached attention of a chunk (group <= 4, head_dim 64).
+    attention_tiled: Function,
     pub(crate) rope_append: Function,
     pub(crate) gather_rows: Function,
     argmax_partial: Function,
@@ -268,6 +276,7 @@ impl LlamaKernels {
                 attention_small: m.function("rope_attention_g4_hd64_bf16")?,
                 attention_cached: m.function("attention_cached_bf16")?,
                 attention_cached_small: m.function("attention_cached_g4_hd64_bf16")?,
+                attention_tiled: m.function("attention_tiled_g4_hd64_bf16")?,
                 rope_append: m.function("rope_append_bf16")?,
                 gather_rows: m.function("gather_rows_bf16")?,
                 argmax_partial: m.function("argmax_partial_f32")?,
@@ -449,8 +458,12 @@ impl LlamaKernels {
     /// `positions[b]` is read from the cache like the positions before it. The caches are only
     /// read, so rows of one slot at consecutive positions may share a launch (a chunk of a
     /// prompt): each reads positions up to its own, all written before the launch. Same buffers,
-    /// [`AttnShape`], splitting policy, [`INACTIVE`] rows (zeros) and out-of-range guards (NaN
-    /// rows) as [`LlamaKernels::rope_attention`].
+    /// [`AttnShape`], [`INACTIVE`] rows (zeros) and out-of-range guards (NaN rows) as
+    /// [`LlamaKernels::rope_attention`]. Where the shape allows (at most 4 query heads per
+    /// key/value head, `head_dim` 64: the Llama 3.2 models) a tiled kernel runs instead of the
+    /// per-row one: a block takes 8 rows of the chunk and reads each 64-position tile of keys and
+    /// values once for all of them (`scratch` is then unused); a row's result does not depend on
+    /// the rows that share its block. Other shapes use the per-row kernel with its splitting policy.
     ///
     /// # Errors
     /// As for [`LlamaKernels::rope_attention`].
@@ -545,6 +558,27 @@ impl LlamaKernels {
         )?;
         if batch == 0 {
             return Ok(());
+        }
+        if appended && shape.heads / shape.kv_heads <= TILED_MAX_GROUP && shape.head_dim == TILED_HEAD_DIM {
+            let cfg = LaunchConfig {
+                grid: (shape.kv_heads, shape.batch.div_ceil(TILED_ROWS), 1),
+                block: (TILED_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the kernel matches `attention_tiled_g4_hd64_bf16(const bf16_t* qkv, const
+            // bf16_t* k_cache, const bf16_t* v_cache, const unsigned* slots, const unsigned*
+            // positions, const float* inv_freq, bf16_t* out, AttnShape)`; every length was checked
+            // against `shape` above and the kernel checks slots[b] < slots and positions[b] <
+            // max_seq before touching the caches, which it only reads (`appended`: they are shared
+            // references). Each block writes only the outputs of its own rows and key/value head.
+            // Overlapped launch: every block runs PDL_WAIT() before touching memory.
+            return unsafe {
+                self.attention_tiled.launch_overlapped(
+                    s,
+                    cfg,
+                    (qkv, k_cache, v_cache, slots, positions, inv_freq, out, shape),
+                )
+            };
         }
         // Splits per (row, head): enough blocks for about two per multiprocessor, at most
         // ATTN_SPLITS (1 when the rows alone fill the GPU: no partials, no combining). Each row

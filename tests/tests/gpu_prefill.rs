@@ -271,6 +271,17 @@ fn append_then_cached_attention_unsplit() -> TestResult {
     check_chunk(shape, &rows)
 }
 
+/// The tiled kernel's long walk (group 4, head_dim 64): a prompt's 70 rows at positions 230..300
+/// (five 64-position key tiles, blocks of 8 rows all of one slot), then rows of two other slots
+/// sharing blocks (two slot groups in a block), one of them at position 0 (a single key).
+fn append_then_cached_attention_long() -> TestResult {
+    let shape =
+        AttnShape { batch: 0, heads: 8, kv_heads: 2, head_dim: 64, slots: 3, max_seq: 320, scale: 0.125 };
+    let mut rows: Vec<(u32, u32)> = (230..300).map(|p| (1, p)).collect();
+    rows.extend([(0, 0), (2, 319), (0, 1), (2, 64), (0, 63)]);
+    check_chunk(AttnShape { batch: rows.len() as u32, ..shape }, &rows)
+}
+
 /// gather_rows: chosen rows exact, INACTIVE zeros, an out-of-range index NaN.
 fn gather_rows_picks_rows() -> TestResult {
     let s = stream()?;
@@ -648,6 +659,7 @@ fn main() {
     s.gpu("append_then_cached_attention_split", append_then_cached_attention_split)
         .gpu("append_then_cached_attention_general", append_then_cached_attention_general)
         .gpu("append_then_cached_attention_unsplit", append_then_cached_attention_unsplit)
+        .gpu("append_then_cached_attention_long", append_then_cached_attention_long)
         .gpu("gather_rows_picks_rows", gather_rows_picks_rows)
         .gpu("prefill_matches_token_by_token", prefill_matches_token_by_token)
         .gpu("piece_alone_in_bucket_is_bit_identical", piece_alone_in_bucket_is_bit_identical)

@@ -28,6 +28,7 @@ fn entries(program: &str) -> Vec<String> {
             "rope_attention_g4_hd64_bf16",
             "attention_cached_bf16",
             "attention_cached_g4_hd64_bf16",
+            "attention_tiled_g4_hd64_bf16",
             "argmax_partial_f32",
             "argmax_final",
             "randn_bf16",

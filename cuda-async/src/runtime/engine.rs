@@ -184,6 +184,14 @@ const FULL_SWEEP_EVERY: Duration = Duration::from_micros(50);
 /// How often the engine checks the device for a fault while progress marks are pending.
 const PROBE_EVERY: Duration = Duration::from_millis(1);
 
+/// How long before an early-wake alarm a napping engine thread stops sleeping and stays hot
+/// (yields) until the alarm is due. A timed sleep ends late by the kernel's timer slack (50 µs by
+/// default on Linux) plus the wake-up latency; an alarm fired that late misses its op's end when the
+/// lead ([`AwaitSpin::early_wake`](crate::scheduling::AwaitSpin::early_wake), 100 µs) is no
+/// longer. Seen on the H100 with 3 ms ops (longer than the 2 ms hot window, so the engine naps):
+/// 3 of 5 alarms fired in time.
+const ALARM_MARGIN: Duration = Duration::from_micros(150);
+
 impl Engine {
     /// Awaited ops of this device handed to the engine and not completed yet.
     pub(crate) fn pending(&self) -> usize {
@@ -458,12 +466,16 @@ fn run(e: &'static Engine, shard: &'static Shard) {
         if progressed {
             continue;
         }
-        if last_progress.elapsed() < policy.hot {
+        // An alarm due within the margin: stay hot until it (a timed sleep could end too late).
+        let alarm_near =
+            next_alarm.is_some_and(|at| at.saturating_duration_since(Instant::now()) <= ALARM_MARGIN);
+        if alarm_near || last_progress.elapsed() < policy.hot {
             std::thread::yield_now();
         } else {
-            // Sleep, but wake early for new work.
-            // ... and never past an alarm.
-            let nap = next_alarm.map_or(nap, |at| nap.min(at.saturating_duration_since(Instant::now())));
+            // Sleep, but wake early for new work, and the margin before an alarm.
+            let nap = next_alarm.map_or(nap, |at| {
+                nap.min(at.saturating_duration_since(Instant::now()).saturating_sub(ALARM_MARGIN))
+            });
             let mut inbox = shard.lock();
             if inbox.ops.is_empty() && !nap.is_zero() {
                 inbox.sleeping = true;

@@ -232,7 +232,8 @@ impl<O: DeviceOp> Future for DeviceFuture<O> {
                 }
             }
         }
-        let State::Submitted(out, completion, solo, early) = std::mem::replace(&mut this.state, State::Finished)
+        let State::Submitted(out, completion, solo, early) =
+            std::mem::replace(&mut this.state, State::Finished)
         else {
             return Poll::Pending;
         };

@@ -207,8 +207,18 @@ fn ttft(m: &mut LlamaModel, n: usize, reps: usize) -> Result<(f64, u32)> {
     Ok((median(times), first.unwrap_or(0)))
 }
 
-/// The prefill's logits for a prompt of `n` ids agree with the decode path fed token by token.
-fn check_prefill(m: &mut LlamaModel, n: usize) -> Result<()> {
+/// The prefill's logits for a prompt of `n` ids agree with the decode path fed token by token:
+/// every logit within 6 % of the largest |logit|, and the same argmax wherever the decode path's
+/// top-2 margin is clear (above twice that). Returns the largest difference and that tolerance.
+///
+/// Two bf16 paths that round in different places (GEMMs over the chunk against products row by
+/// row, a tiled attention against a per-row one) each sit up to PyTorch bf16's own error from the
+/// f32 result; at the Llama-3.2-1B shape with random weights that error is about 0.11 on logits of
+/// magnitude ~4 (`gpu_llama::hf_reference_1b`), so the two may differ by twice as much. The H100
+/// run of the tiled prefill attention measured 0.119 against a largest |logit| of 3.92 (3.0 %),
+/// past the 3 % this check had. Work skipped or garbled (a layer missing, a wrong position) moves
+/// logits by the order of the logits themselves, and NaN fails.
+fn check_prefill(m: &mut LlamaModel, n: usize) -> Result<(f32, f32)> {
     ttft(m, n, 1)?;
     let lp = m.last_prefill_logits()?;
     let vocab = m.config().vocab as u32;
@@ -216,9 +226,23 @@ fn check_prefill(m: &mut LlamaModel, n: usize) -> Result<()> {
     let ld = m.forced_logits(1, &prompt)?.pop().context("no logits")?;
     m.release_slot(1)?;
     let scale = ld.iter().fold(0f32, |a, &x| a.max(x.abs()));
-    let diff = lp.iter().zip(&ld).fold(0f32, |a, (x, y)| a.max((x - y).abs()));
-    ensure!(diff <= 0.03 * scale, "prefill vs decode logits differ by {diff} (largest |logit| {scale})");
-    Ok(())
+    let diff = lp
+        .iter()
+        .zip(&ld)
+        .fold(0f32, |a, (x, y)| if x.is_nan() { f32::INFINITY } else { a.max((x - y).abs()) });
+    let tol = 0.06 * scale;
+    ensure!(
+        diff <= tol,
+        "prefill vs decode logits differ by {diff} (largest |logit| {scale}, tolerance {tol})"
+    );
+    let argmax = |l: &[f32]| l.iter().enumerate().fold(0, |b, (i, &v)| if v > l[b] { i } else { b });
+    let mut sorted = ld.clone();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    if sorted[0] - sorted[1] > 2.0 * tol {
+        ensure!(argmax(&lp) == argmax(&ld), "prefill vs decode: argmax {} vs {}", argmax(&lp), argmax(&ld));
+    }
+    println!("prefill vs decode logits, {n}-token prompt: largest difference {diff:.4} (tolerance {tol:.4})");
+    Ok((diff, tol))
 }
 
 /// The operating system's share of any await: a thread parks, another spins for `wait` and then
@@ -438,8 +462,10 @@ fn main() -> Result<()> {
     let wake_us = park_wake_latency_us(std::time::Duration::from_secs_f64(bl / 1e3));
     println!("OS floor: a thread parked for one step ({bl:.3} ms) runs {wake_us:.1} us after its unpark (median of 50)");
     let mut ttft_ms = serde_json::Map::new();
+    let mut prefill_check = serde_json::Value::Null;
     if let Some(&shortest) = a.ttft.iter().min() {
-        check_prefill(&mut m, shortest)?;
+        let (diff, tol) = check_prefill(&mut m, shortest)?;
+        prefill_check = json!({ "prompt_tokens": shortest, "max_abs_diff": diff, "tolerance": tol });
     }
     for &n in &a.ttft {
         let (ms, _) = ttft(&mut m, n, a.reps)?;
@@ -531,7 +557,7 @@ fn main() -> Result<()> {
         "awaited_no_early_wake_ms": aw_late, "await_no_early_wake_vs_blocking_us": (aw_late - bl) * 1e3,
         "awaited_steps": awaited_steps, "early_wakes": woken, "early_spin_misses": missed,
         "blocking_cpu_share": cpu_bl, "awaited_cpu_share": cpu_aw, "awaited_no_early_wake_cpu_share": cpu_late, "fused_small_batch": !a.no_fused, "attention_split_min": split_min, "blocking_ms": bl, "awaited_ms": aw, "torch": torch,
-        "gpt_fast": gpt_fast, "ttft": ttft_ms, "prefill_buckets": prefill_buckets,
+        "gpt_fast": gpt_fast, "ttft": ttft_ms, "prefill_buckets": prefill_buckets, "prefill_vs_decode": prefill_check,
     });
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)?;

@@ -180,9 +180,10 @@ fn thread_cpu() -> Duration {
 /// before the kernel finished" check holds in every round. On the H100 this test found two faults:
 /// all three rounds failed alone (1, 0 and 0 early wakes: a prediction that included a late notice
 /// put every later alarm after the op's end; fixed in `solo_duration`), then 3 of 5 in each round
-/// beside sanitizer processes (an op longer than the engine's 2 ms hot window lets the engine nap,
-/// and a timed sleep ends up to ~100 µs late; fixed by `ALARM_MARGIN`: the engine stays hot for
-/// the last 150 µs before an alarm).
+/// beside sanitizer processes (likely: an op longer than the engine's 2 ms hot window lets the
+/// engine nap, and a timed sleep can end past the 100 µs lead; `ALARM_MARGIN` keeps the engine hot
+/// for the last 150 µs before an alarm, after which it passed alone, 4 of 5). Under racecheck the
+/// rounds still see 2 or 3 of 5.
 ///
 /// Mutations it catches: no alarm set in `DeviceFuture::submit` (no early wake fires in any
 /// round); `Solo::record` ignoring the unused alarm (seen on the H100: no round passes); the

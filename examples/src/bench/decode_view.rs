@@ -209,6 +209,59 @@ fn ttft(s: &mut String, gf: Option<&Value>, ours: Option<&serde_json::Map<String
     );
 }
 
+/// The `decode-goals` view: the flagship issue's goals (Llama-3.2-1B shape, H100) against one
+/// `bench-decode` run — ms per step at batch 1, 16 and 64, time to first token of a 512-token
+/// prompt, the awaited step against the blocking one on both runtimes, and the awaiting thread's
+/// CPU share. A figure the file lacks renders "not run".
+pub(super) fn goals_table(j: &Value, file: &str) -> Result<String> {
+    let rows = j.get("rows").and_then(Value::as_array).context("no `rows` array")?;
+    let step = |b: u64| {
+        rows.iter()
+            .find(|r| r.get("batch").and_then(Value::as_u64) == Some(b))
+            .and_then(|r| num(r.get("graph_ms")))
+    };
+    let met = |ok: bool| if ok { "yes".to_string() } else { "**no**".to_string() };
+    let mut out: Vec<Vec<String>> = Vec::new();
+    let mut push = |goal: &str, got: Option<(String, bool)>| {
+        let (g, m) = got.map_or(("—".into(), "not run".into()), |(g, ok)| (g, met(ok)));
+        out.push(vec![goal.into(), g, m]);
+    };
+    for (b, limit, goal) in [
+        (1, 0.95, "batch 1 ≤ 0.95 ms per token"),
+        (16, 1.10, "batch 16 ≤ 1.10 ms per step"),
+        (64, 1.50, "batch 64 ≤ 1.50 ms per step (≥ 42,000 tokens/s)"),
+    ] {
+        push(goal, step(b).map(|v| (format!("{v:.3} ms ({:.0} tokens/s)", b as f64 * 1e3 / v), v <= limit)));
+    }
+    let torch_512 = num(j.pointer("/gpt_fast/ttft/compile/512"))
+        .map_or(String::new(), |t| format!(" (PyTorch `torch.compile` reduce-overhead: {t:.3} ms)"));
+    push(
+        "a 512-token prompt prefilled (time to first token) in ≤ 4 ms",
+        num(j.pointer("/ttft/512")).map(|v| (format!("{v:.3} ms{torch_512}"), v <= 4.0)),
+    );
+    let (cur, multi) = (num(j.get("await_vs_blocking_us")), num(j.get("await_multi_thread_vs_blocking_us")));
+    push(
+        "a step awaited from tokio within 5 µs of the blocking step (median; current-thread and multi-thread runtimes)",
+        cur.zip(multi).map(|(c, m)| (format!("{c:+.1} µs current-thread, {m:+.1} µs multi-thread"), c <= 5.0 && m <= 5.0)),
+    );
+    push(
+        "an idle executor thread does not spin for the whole step (on the CPU for under half of it)",
+        num(j.get("awaited_cpu_share")).map(|c| {
+            let bl = num(j.get("blocking_cpu_share"))
+                .map_or(String::new(), |b| format!(" (blocking: {:.0} %)", b * 100.0));
+            (format!("on the CPU {:.0} % of an awaited step{bl}", c * 100.0), c < 0.5)
+        }),
+    );
+    let header = ["goal (Llama-3.2-1B shape)".to_string(), "this run".into(), "met".into()];
+    let gpu = j.get("gpu").map_or("—".into(), text);
+    Ok(format!(
+        "{}
+From [`{file}`]({file}) ({gpu}).
+",
+        md_table(&header, &out)
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,6 +322,22 @@ mod tests {
         let s = decode_table(&j, "x.json").unwrap();
         assert!(s.contains("this project (prefill graphs), ms to first token"), "{s}");
         assert!(s.contains("| 128 | 1.500 | 5.000 | 2.000 |\n| 2048 | 9.250 | — | — |"), "{s}");
+    }
+
+    #[test]
+    fn goals_follow_the_run_and_missing_figures_say_not_run() {
+        let j = json!({"gpu": "G", "rows": [{"batch": 1, "graph_ms": 0.9}, {"batch": 64, "graph_ms": 2.0}],
+            "ttft": {"512": 3.4}, "await_vs_blocking_us": 4.0, "await_multi_thread_vs_blocking_us": 6.0});
+        let s = goals_table(&j, "f.json").unwrap();
+        assert!(s.contains("| batch 1 ≤ 0.95 ms per token | 0.900 ms (1111 tokens/s) | yes |"), "{s}");
+        assert!(s.contains("| batch 16 ≤ 1.10 ms per step | — | not run |"), "{s}");
+        assert!(s.contains("2.000 ms (32000 tokens/s) | **no** |"), "{s}");
+        assert!(s.contains("3.400 ms | yes |"), "{s}");
+        assert!(s.contains("+4.0 µs current-thread, +6.0 µs multi-thread | **no** |"), "{s}");
+        assert!(
+            s.contains("does not spin for the whole step (on the CPU for under half of it) | — | not run |"),
+            "{s}"
+        );
     }
 
     #[test]

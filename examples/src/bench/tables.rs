@@ -12,7 +12,8 @@
 //! The begin marker names a JSON file of the same folder and optionally a view after it:
 //! nothing for a comparison report (`benchmark`/`meta`/`rows`: the rows with raw, framework,
 //! ratio, goal and met, then the metadata and the rows' notes), `decode` for `bench-decode`'s
-//! per-batch table against PyTorch (in [`super::decode_view`]), `serve` for the serving check's
+//! per-batch table against PyTorch and `decode-goals` for the flagship issue's goals against it
+//! (in [`super::decode_view`]), `serve` for the serving check's
 //! merged report (in [`super::serve_view`]; a page quoting one that does not exist yet is left as
 //! committed, so the page can be written before the first run), or a dotted path
 //! (`meta.bandwidth`, `buckets`) to an array of objects, shown with one column per key, or
@@ -48,6 +49,7 @@ pub fn render(block: &Block, json: &Value) -> Result<String> {
             Ok(report_table(&r, &block.file))
         }
         Some("decode") => super::decode_view::decode_table(json, &block.file).with_context(what),
+        Some("decode-goals") => super::decode_view::goals_table(json, &block.file).with_context(what),
         Some("serve") => super::serve_view::serve_table(json, &block.file).with_context(what),
         Some(path) => {
             let mut v = json;

@@ -166,7 +166,7 @@ extern "C" __global__ void __launch_bounds__(PT_THREADS)
         }
         for (unsigned base = 0; base <= last; base += PT_KEYS) { // last < max_seq < 2^31: no wrap
             // The tile: keys and values of positions base .. base + PT_KEYS - 1 (zeros past
-            // `last`, which no row of the group reads).
+            // `last`; each row reads only the positions up to its own).
             for (unsigned idx = t; idx < PT_KEYS * (PT_HD / 8); idx += PT_THREADS) {
                 unsigned kk = idx / (PT_HD / 8), c = idx % (PT_HD / 8);
                 uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
@@ -233,14 +233,17 @@ extern "C" __global__ void __launch_bounds__(PT_THREADS)
                 }
             }
             __syncthreads();
-            // Values: dims 4j .. 4j + 3 of the row's 4 heads, keys in order.
+            // Values: dims 4j .. 4j + 3 of the row's 4 heads, keys in order, only this row's
+            // (base .. pos): a later key's weight is 0, but 0 times an infinite or NaN value (a
+            // later row's overflow, or stale cache between the group's positions) would be NaN.
             if (live) {
+                unsigned nk = min((unsigned)PT_KEYS, pos - base + 1); // pos >= base: live
                 float a[PT_G][4];
 #pragma unroll
                 for (unsigned g = 0; g < PT_G; ++g)
 #pragma unroll
                     for (unsigned e = 0; e < 4; ++e) a[g][e] = 0.f;
-                for (unsigned kk = 0; kk < PT_KEYS; ++kk) {
+                for (unsigned kk = 0; kk < nk; ++kk) {
                     uint2 vw = *(const uint2*)&v_s[kk][4 * j];
                     float v0 = __uint_as_float(vw.x << 16), v1 = __uint_as_float(vw.x & 0xffff0000u);
                     float v2 = __uint_as_float(vw.y << 16), v3 = __uint_as_float(vw.y & 0xffff0000u);

@@ -282,6 +282,72 @@ fn append_then_cached_attention_long() -> TestResult {
     check_chunk(AttnShape { batch: rows.len() as u32, ..shape }, &rows)
 }
 
+/// A row's output depends only on the keys and values up to its own position, even when a later
+/// row of the same slot shares its block (and so its key tiles): an infinite value at position 20,
+/// which only the row at position 40 attends to, leaves the row at position 1 finite and
+/// bit-identical to the launch where that value is finite. Found by review of the tiled kernel:
+/// its value loop ran over the whole tile, adding 0 x inf = NaN for the keys past a row's position.
+fn cached_attention_ignores_keys_past_its_position() -> TestResult {
+    let s = stream()?;
+    let k = LlamaKernels::get(s.device())?;
+    let mut r = rng();
+    let shape =
+        AttnShape { batch: 2, heads: 8, kv_heads: 2, head_dim: 64, slots: 1, max_seq: 64, scale: 0.125 };
+    let (hd, heads) = (64usize, 8usize);
+    let mut rb =
+        |n: usize| -> Vec<bf16> { (0..n).map(|_| bf16::from_f32(r.random_range(-1.0f32..1.0))).collect() };
+    let qkv = rb(2 * shape.qkv_row());
+    let kc = rb(shape.cache_len());
+    let vc = rb(shape.cache_len());
+    let inv: Vec<f32> = (0..hd / 2).map(|i| 500000f32.powf(-(2.0 * i as f32) / hd as f32)).collect();
+    let run = |v_at_20: bf16| -> Result<Vec<bf16>, Failed> {
+        let mut vc = vc.clone();
+        for kvh in 0..2 {
+            let at = (kvh * 64 + 20) * hd; // slot 0, key/value head kvh, position 20
+            vc[at..at + hd].fill(v_at_20);
+        }
+        let d_qkv = DeviceBuffer::from_host(&s, &qkv)?;
+        let d_kc = DeviceBuffer::from_host(&s, &kc)?;
+        let d_vc = DeviceBuffer::from_host(&s, &vc)?;
+        let d_slots = DeviceBuffer::from_host(&s, &[0u32, 0])?;
+        let d_pos = DeviceBuffer::from_host(&s, &[1u32, 40])?;
+        let d_inv = DeviceBuffer::from_host(&s, &inv)?;
+        let mut out = DeviceBuffer::filled(&s, 2 * heads * hd, bf16::NAN)?;
+        let mut partial = DeviceBuffer::<f32>::filled(&s, shape.partial_len(), f32::NAN)?;
+        let mut counters = DeviceBuffer::<u32>::zeros(&s, shape.counters_len())?;
+        // SAFETY: the counters start zeroed; the cached kernel only reads the caches.
+        unsafe {
+            k.attention_cached(
+                &s,
+                AttnBuffers {
+                    qkv: &d_qkv,
+                    k_cache: &d_kc,
+                    v_cache: &d_vc,
+                    slots: &d_slots,
+                    positions: &d_pos,
+                    inv_freq: &d_inv,
+                },
+                &mut out,
+                AttnScratch { partial: &mut partial, counters: &mut counters },
+                shape,
+            )?
+        };
+        Ok(out.to_vec()?)
+    };
+    let finite = run(bf16::from_f32(0.5))?;
+    let poisoned = run(bf16::INFINITY)?;
+    let row0 = |o: &[bf16]| o[..heads * hd].iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    ensure(finite[..heads * hd].iter().all(|v| v.is_finite()), "row 0 not finite with finite values")?;
+    ensure(
+        row0(&finite) == row0(&poisoned),
+        "row 0 (position 1) changed when only position 20's value became infinite",
+    )?;
+    ensure(
+        poisoned[heads * hd..].iter().any(|v| !v.is_finite()),
+        "row 1 (position 40) ignored the infinite value",
+    )
+}
+
 /// gather_rows: chosen rows exact, INACTIVE zeros, an out-of-range index NaN.
 fn gather_rows_picks_rows() -> TestResult {
     let s = stream()?;
@@ -660,6 +726,10 @@ fn main() {
         .gpu("append_then_cached_attention_general", append_then_cached_attention_general)
         .gpu("append_then_cached_attention_unsplit", append_then_cached_attention_unsplit)
         .gpu("append_then_cached_attention_long", append_then_cached_attention_long)
+        .gpu(
+            "cached_attention_ignores_keys_past_its_position",
+            cached_attention_ignores_keys_past_its_position,
+        )
         .gpu("gather_rows_picks_rows", gather_rows_picks_rows)
         .gpu("prefill_matches_token_by_token", prefill_matches_token_by_token)
         .gpu("piece_alone_in_bucket_is_bit_identical", piece_alone_in_bucket_is_bit_identical)

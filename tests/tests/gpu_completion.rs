@@ -186,9 +186,10 @@ fn thread_cpu() -> Duration {
 /// rounds still see 2 or 3 of 5.
 ///
 /// Mutations it catches: no alarm set in `DeviceFuture::submit` (no early wake fires in any
-/// round); `Solo::record` ignoring the unused alarm (seen on the H100: no round passes); the
-/// engine napping up to the alarm itself (`ALARM_MARGIN` zero: 3 of 5 seen); a poll that spins until the op ends instead of from the alarm on (CPU share); an alarm
-/// poll that resolves without the op being complete (`late`).
+/// round); `Solo::record` ignoring the unused alarm (seen on the H100: no round passes); a poll
+/// that spins until the op ends instead of from the alarm on (CPU share); an alarm poll that
+/// resolves without the op being complete (`late`). Not pinned: `ALARM_MARGIN` zero (3 of 5 was
+/// seen only beside sanitizer processes; alone it was not measured without the margin).
 fn early_wake_before_the_end() -> TestResult {
     let d = dev()?;
     let s = Stream::new(&d)?;

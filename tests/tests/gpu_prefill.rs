@@ -29,6 +29,22 @@ fn bf(v: f64) -> f64 {
     bf16::from_f64(v).to_f64()
 }
 
+/// `LlamaKernels::attention_cached` with counters the caller zeroed (as `DeviceBuffer::zeros`
+/// gives) and keeps exclusive to these launches.
+fn cached(
+    k: &LlamaKernels,
+    s: &Stream,
+    io: AttnBuffers<'_, &DeviceBuffer<bf16>>,
+    out: &mut DeviceBuffer<bf16>,
+    scratch: AttnScratch<'_>,
+    shape: AttnShape,
+) -> TestResult {
+    // SAFETY: every caller zeroes the counters before its first launch and each launch leaves
+    // them zero; the cached kernel only reads the caches, so repeated slots are allowed.
+    unsafe { k.attention_cached(s, io, out, scratch, shape)? };
+    Ok(())
+}
+
 /// One chunk of `rows` = (slot, position) through rope_append then attention_cached, checked
 /// against the host. Slots may repeat (at distinct positions); positions of a slot not written
 /// by the chunk keep the random cache contents (the sequence's earlier positions).
@@ -75,23 +91,15 @@ fn check_chunk(shape: AttnShape, rows: &[(u32, u32)]) -> TestResult {
     // Twice: the second launch checks that the first left the counters at zero (and that the
     // attention does not write the caches: the second reads what the first did).
     for _ in 0..2 {
-        // SAFETY: the counters start zeroed; slots may repeat for the cached kernel.
-        unsafe {
-            k.attention_cached(
-                &s,
-                AttnBuffers {
-                    qkv: &d_qkv,
-                    k_cache: &d_kc,
-                    v_cache: &d_vc,
-                    slots: &d_slots,
-                    positions: &d_pos,
-                    inv_freq: &d_inv,
-                },
-                &mut out,
-                AttnScratch { partial: &mut partial, counters: &mut counters },
-                shape,
-            )?
+        let io = AttnBuffers {
+            qkv: &d_qkv,
+            k_cache: &d_kc,
+            v_cache: &d_vc,
+            slots: &d_slots,
+            positions: &d_pos,
+            inv_freq: &d_inv,
         };
+        cached(k, &s, io, &mut out, AttnScratch { partial: &mut partial, counters: &mut counters }, shape)?;
     }
     let got = out.to_vec()?;
     let (kc, vc) = (d_kc.to_vec()?, d_vc.to_vec()?);
@@ -315,23 +323,15 @@ fn cached_attention_ignores_keys_past_its_position() -> TestResult {
         let mut out = DeviceBuffer::filled(&s, 2 * heads * hd, bf16::NAN)?;
         let mut partial = DeviceBuffer::<f32>::filled(&s, shape.partial_len(), f32::NAN)?;
         let mut counters = DeviceBuffer::<u32>::zeros(&s, shape.counters_len())?;
-        // SAFETY: the counters start zeroed; the cached kernel only reads the caches.
-        unsafe {
-            k.attention_cached(
-                &s,
-                AttnBuffers {
-                    qkv: &d_qkv,
-                    k_cache: &d_kc,
-                    v_cache: &d_vc,
-                    slots: &d_slots,
-                    positions: &d_pos,
-                    inv_freq: &d_inv,
-                },
-                &mut out,
-                AttnScratch { partial: &mut partial, counters: &mut counters },
-                shape,
-            )?
+        let io = AttnBuffers {
+            qkv: &d_qkv,
+            k_cache: &d_kc,
+            v_cache: &d_vc,
+            slots: &d_slots,
+            positions: &d_pos,
+            inv_freq: &d_inv,
         };
+        cached(k, &s, io, &mut out, AttnScratch { partial: &mut partial, counters: &mut counters }, shape)?;
         Ok(out.to_vec()?)
     };
     let finite = run(bf16::from_f32(0.5))?;

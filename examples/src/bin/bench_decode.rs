@@ -226,10 +226,13 @@ fn check_prefill(m: &mut LlamaModel, n: usize) -> Result<(f32, f32)> {
     let ld = m.forced_logits(1, &prompt)?.pop().context("no logits")?;
     m.release_slot(1)?;
     let scale = ld.iter().fold(0f32, |a, &x| a.max(x.abs()));
-    let diff = lp
-        .iter()
-        .zip(&ld)
-        .fold(0f32, |a, (x, y)| if x.is_nan() { f32::INFINITY } else { a.max((x - y).abs()) });
+    let diff = lp.iter().zip(&ld).fold(0f32, |a, (x, y)| {
+        if x.is_nan() || y.is_nan() {
+            f32::INFINITY
+        } else {
+            a.max((x - y).abs())
+        }
+    });
     let tol = 0.06 * scale;
     ensure!(
         diff <= tol,

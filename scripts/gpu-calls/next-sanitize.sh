@@ -8,7 +8,7 @@
 # (racecheck of gpu_sampling's rows_beyond_the_grid ran past 340 s, gpu_server's first test past
 # 540 s, beside other sanitizer processes: give them a call of their own.)
 [ -d .gpu-bundle ] || tar -xJf .gpu-tar/bundle.tar.xz
-L=/tmp/LS && mkdir -p $L && T0=$SECONDS; R=$((${CALL_S:-570}-SECONDS+T0))
+L=${LSDIR:-/tmp/LS-${TOOL:-racecheck}-$1} && mkdir -p $L && T0=$SECONDS; R=$((${CALL_S:-570}-SECONDS+T0))
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u
 for suite in "$@"; do
   exe=$(ls .gpu-bundle/tests/*--"$suite" | head -1)
@@ -17,4 +17,4 @@ done > $L/jobs
 cat $L/jobs
 xargs -P "${P:-8}" -L 1 sh -c 'TOOLS='"${TOOL:-racecheck}"' OUT='"$L"'/$0-$1 SAN_TIMEOUT='"$R"' SAN_TAG=$1 SAN_ARGS="$1 --exact" scripts/sanitize.sh $0 > '"$L"'/$0-$1.log 2>&1' < $L/jobs
 for f in $L/*.log; do grep -hE "memcheck:|racecheck:" "$f"; done
-tar -czf $OUT/logs-sanitize.tgz -C $L .
+tar -czf $OUT/logs-sanitize-${TOOL:-racecheck}-$1.tgz -C $L .

@@ -352,8 +352,11 @@ fn fault_child(how: &str) -> TestResult {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
         // An op pending on another stream when the fault hits: its mark is never written either.
+        // It would run 10 s, 200 times the trap's delay, so that it is still running when the
+        // trap fires however the GPU is shared (with 300 ms, one run beside a dozen sanitizer
+        // processes saw it finish first); the fault ends it, and the parent gives the child 60 s.
         let mut buf = DeviceBuffer::<f32>::zeros(&slow, 1 << 10)?;
-        let pending = SpinWrite { buf: &mut buf, ns: 300_000_000, v: 1.0 }.into_op().on(&slow);
+        let pending = SpinWrite { buf: &mut buf, ns: 10_000_000_000, v: 1.0 }.into_op().on(&slow);
         // The trap comes 50 ms after the launch, so both awaits are submitted (event or mark
         // queued) and handed to the engine before the context dies: the engine must notice.
         let trap = Trap { f: &f }.into_op().on(&s);

@@ -271,7 +271,7 @@ const SPIN_SRC: &str = r#"extern "C" __global__ void spin(unsigned long long ns)
 const CHILD: &str = "CUDA_ASYNC_TEST_CAPTURE_RACE_CHILD";
 
 /// The racing part, run in a child process (a crash must fail the test, not end the suite): for
-/// `secs` seconds, threads that begin, record into and end captures (and instantiate and replay
+/// at least 3 s (on until both sides raced 100 times, at most 30 s), threads that begin, record into and end captures (and instantiate and replay
 /// their graphs) race threads that synchronize the device and enable peer access on it. Every
 /// device-wide call returns `Ok` or `Error::Capture`; every capture ends with a graph whose replay
 /// is right. Prints `RACE-OK` and the counts.
@@ -358,7 +358,15 @@ fn race_child(mode: &str) -> TestResult {
                 Ok(())
             }));
         }
-        while Instant::now() < deadline {
+        // At least 3 s, and on until both sides have raced more than 100 times (a host shared
+        // with a dozen sanitizer processes once managed only 70 captures in 3 s), but no more
+        // than 30 s (the parent gives the child 60).
+        let enough = || {
+            captures.load(Ordering::Relaxed) > 100
+                && syncs.load(Ordering::Relaxed) + refused.load(Ordering::Relaxed) > 100
+        };
+        while Instant::now() < deadline || (!enough() && Instant::now() < deadline + Duration::from_secs(27))
+        {
             std::thread::sleep(Duration::from_millis(10));
         }
         stop.store(true, Ordering::Relaxed);

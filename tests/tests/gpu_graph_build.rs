@@ -353,7 +353,74 @@ fn shared_graph_memory_pool() -> TestResult {
     ensure(st.reserved_current == 0, format!("graph memory released after drop + trim: {st:?}"))
 }
 
+/// A value whose drop is slow (300 ms) and says when it is done, on stdout.
+struct SlowDrop;
+
+impl Drop for SlowDrop {
+    fn drop(&mut self) {
+        use std::io::Write;
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "DROPPED");
+        let _ = out.flush();
+    }
+}
+
+const EXIT_CHILD: &str = "CUDA_ASYNC_TEST_EXIT_DRAIN_CHILD";
+
+/// The child of [`deferred_drops_finish_before_exit`]: an executable graph whose host node keeps a
+/// [`SlowDrop`], replayed and dropped right before `main` returns. Its keep-alive set goes to
+/// the reaper thread (a replay may still be queued), which drops it after the replay's event.
+fn exit_drain_child() -> TestResult {
+    let (d, s) = setup()?;
+    let mut g = Graph::new(&d)?;
+    {
+        let mut b = g.builder();
+        let slow = SlowDrop;
+        // SAFETY: the closure makes no CUDA call and returns at once.
+        unsafe {
+            b.add_host(
+                move || {
+                    std::hint::black_box(&slow);
+                },
+                &[],
+            )?
+        };
+    }
+    let exec = g.instantiate(cuda_core::InstantiateFlags::NONE)?;
+    drop(g);
+    exec.launch(&s)?;
+    drop(exec);
+    println!("RETURNING");
+    Ok(())
+}
+
+/// A deferred drop (a graph's keep-alive set on the reaper thread) completes before the process
+/// exits: the exit waits for it (bounded) instead of tearing the libraries down under it. Found
+/// under memcheck: `gpu_multi::one_rank_smoke_captured` passed, then its process did not exit
+/// cleanly (exit 11), the reaper presumably still destroying the NCCL communicator the graph
+/// kept while the process ended. Run in a child process; the child's last value takes 300 ms
+/// to drop. Mutation caught: no exit drain registered (the child exits before `DROPPED`).
+fn deferred_drops_finish_before_exit() -> TestResult {
+    setup()?;
+    let out = std::process::Command::new(std::env::current_exe()?).env(EXIT_CHILD, "1").output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("child: {} {}", stdout.trim().replace('\n', " "), String::from_utf8_lossy(&out.stderr).trim());
+    ensure(out.status.success(), format!("the child failed: {:?}", out.status))?;
+    ensure(stdout.contains("RETURNING"), "the child did not get to the end of main")?;
+    ensure(stdout.contains("DROPPED"), "the process exited before the deferred drop ran")
+}
+
 fn main() {
+    if std::env::var_os(EXIT_CHILD).is_some() {
+        match exit_drain_child() {
+            Ok(()) => return,
+            Err(e) => {
+                eprintln!("exit-drain child: {e:?}");
+                std::process::exit(1)
+            }
+        }
+    }
     let mut s = Suite::new();
     s.gpu("every_node_kind", every_node_kind)
         .gpu("diamond_dependencies", diamond_dependencies)
@@ -362,6 +429,7 @@ fn main() {
         .gpu("conditional_if", conditional_if)
         .gpu("conditional_while_counts_to_n", conditional_while_counts_to_n)
         .gpu("dot_export", dot_export)
-        .gpu("shared_graph_memory_pool", shared_graph_memory_pool);
+        .gpu("shared_graph_memory_pool", shared_graph_memory_pool)
+        .gpu("deferred_drops_finish_before_exit", deferred_drops_finish_before_exit);
     s.run()
 }

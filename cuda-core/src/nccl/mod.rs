@@ -103,6 +103,10 @@ fn load_once() -> Result<()> {
             during: "loading libnccl",
         });
     }
+    // NCCL's destructors run at exit after every `atexit` handler registered before its load:
+    // the reaper's exit drain is registered again, so that a communicator a graph kept is
+    // destroyed before NCCL tears itself down.
+    crate::track::reaper::drain_before_exit();
     Ok(())
 }
 

@@ -5,7 +5,10 @@
 // Rust test's process died with no hazard reported (docs/results/gpu-runs-2026-11-27b.md).
 //   nvcc -arch=sm_90 -rdc=true scripts/repro/while_racecheck.cu -lcudadevrt -o /tmp/while_racecheck
 //   /tmp/while_racecheck MODE    MODE: while (as the test), while1 (the body one kernel that sets
-//                                the condition itself), if (an IF node, for comparison)
+//                                the condition itself), if (an IF node, for comparison), edges
+//                                (as while, plus memset nodes of the counter and the accumulator
+//                                before it and edges from them to the WHILE node added after it
+//                                was created, as cuda-core's builder orders conflicting nodes)
 //   compute-sanitizer --tool racecheck /tmp/while_racecheck while
 // Prints "repro MODE: ok" and exits 0 when every launch counted right; exits 1 on a CUDA error
 // or a wrong count.
@@ -74,6 +77,7 @@ static cudaError_t add_kernel(cudaGraphNode_t* node, cudaGraph_t g, const cudaGr
 int main(int argc, char** argv) {
     const char* mode = argc > 1 ? argv[1] : "while";
     const bool is_if = std::strcmp(mode, "if") == 0, one = std::strcmp(mode, "while1") == 0;
+    const bool edges = std::strcmp(mode, "edges") == 0;
     const unsigned long long n = 3000;
     unsigned *limit, *flag, *counter;
     float* acc;
@@ -98,6 +102,25 @@ int main(int argc, char** argv) {
     cp.conditional.type = is_if ? cudaGraphCondTypeIf : cudaGraphCondTypeWhile;
     cp.conditional.size = 1;
     CK(add_node(&cond, g, &set, 1, &cp));
+    if (edges) {
+        cudaMemsetParams m = {};
+        m.dst = acc;
+        m.value = 0;
+        m.elementSize = 4;
+        m.width = n;
+        m.height = 1;
+        cudaGraphNode_t z[2];
+        CK(cudaGraphAddMemsetNode(&z[0], g, nullptr, 0, &m));
+        m.dst = counter;
+        m.width = 1;
+        CK(cudaGraphAddMemsetNode(&z[1], g, nullptr, 0, &m));
+        cudaGraphNode_t to[2] = {cond, cond};
+#if CUDART_VERSION >= 13000
+        CK(cudaGraphAddDependencies(g, z, to, nullptr, 2));
+#else
+        CK(cudaGraphAddDependencies(g, z, to, 2));
+#endif
+    }
     cudaGraph_t body = cp.conditional.phGraph_out[0];
     cudaGraphNode_t step, bset;
     if (one) {

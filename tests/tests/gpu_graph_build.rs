@@ -245,11 +245,17 @@ fn conditional_while_counts_to_n() -> TestResult {
             Ok(())
         })?;
     }
+    // Progress on stderr: under racecheck this test's process has died (a host-side fault, no
+    // hazard reported) where a plain CUDA C graph of the same shape runs clean
+    // (scripts/repro/while_racecheck.cu); the last line printed says at which step.
+    eprintln!("graph built");
     let graph = CudaGraph::from_graph(&s, g, CaptureOptions::default())?;
+    eprintln!("graph instantiated");
     for round in 0..3 {
         let n: u32 = if round == 2 { 0 } else { r.random_range(5..60) };
         limit.copy_from_host(&s, &[n])?;
         graph.launch().sync_on(&s)?;
+        eprintln!("round {round}: replayed");
         let c = counter.to_vec()?[0];
         // A WHILE loop checks before each iteration: N = 0 runs no iteration.
         let expect = n;

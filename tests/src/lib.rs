@@ -187,6 +187,7 @@ impl Suite {
 
     /// Runs the suite with the command-line arguments and exits with the harness's status.
     pub fn run(self) -> ! {
+        install_fault_backtrace();
         let mut args = Arguments::from_args();
         // One test at a time unless asked otherwise (`--test-threads N` or `RUST_TEST_THREADS`):
         // the tests share one device, and several measure device-wide state (pool memory in use,
@@ -277,6 +278,38 @@ pub fn ensure(cond: bool, msg: impl std::fmt::Display) -> TestResult {
         Ok(())
     } else {
         Err(msg.to_string().into())
+    }
+}
+
+/// With `CUDA_ASYNC_TEST_FAULT_BACKTRACE` set, a SIGSEGV or SIGBUS prints the faulting address, the
+/// thread and a backtrace before the process ends (exit 128 + signal). A diagnostic for faults
+/// seen only under a tool (racecheck ended `gpu_graph_build::conditional_while_counts_to_n` with a
+/// host-side fault and no report): not async-signal-safe (it allocates), so only for a process
+/// that is dying anyway, and off unless asked for.
+fn install_fault_backtrace() {
+    #[cfg(unix)]
+    if std::env::var_os("CUDA_ASYNC_TEST_FAULT_BACKTRACE").is_some() {
+        extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+            // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
+            let addr = unsafe { (*info).si_addr() } as usize;
+            let bt = std::backtrace::Backtrace::force_capture();
+            eprintln!(
+                "FATAL signal {sig} at address {addr:#x} on thread {:?}\n{bt}",
+                std::thread::current().name()
+            );
+            // SAFETY: ends the process at once; nothing after it runs.
+            unsafe { libc::_exit(128 + sig) };
+        }
+        for sig in [libc::SIGSEGV, libc::SIGBUS] {
+            // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; the handler has
+            // the SA_SIGINFO signature; the old action is not needed.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_fault as *const () as usize;
+                sa.sa_flags = libc::SA_SIGINFO;
+                libc::sigaction(sig, &sa, std::ptr::null_mut());
+            }
+        }
     }
 }
 

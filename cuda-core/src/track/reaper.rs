@@ -15,7 +15,9 @@
 //! has been dropped; what is still queued after that is forgotten, not dropped (the process is
 //! ending; the operating system takes its memory back). Handlers run in the reverse order of
 //! registration, so the handler is registered again after each library this crate loads later
-//! (NCCL), ahead of that library's destructors.
+//! (NCCL), ahead of that library's destructors. The drain does not wait on the reaper thread
+//! itself (a dropped value whose `Drop` calls `std::process::exit`), nor in a child made by
+//! `fork` (which inherits the queue count but not the thread).
 
 use crate::event::PooledEvent;
 use std::any::Any;
@@ -40,6 +42,22 @@ static ABANDON: AtomicBool = AtomicBool::new(false);
 /// still running, or a GPU that hangs, must not hold the exit for ever).
 pub(crate) const EXIT_DRAIN_BOUND: Duration = Duration::from_secs(20);
 
+/// The process that started the reaper thread (0: not started). A child made by `fork` inherits
+/// the queue count but not the thread: its exit must not wait for drops that nobody will make.
+static REAPER_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+thread_local! {
+    /// Set on the reaper thread: an exit called from there (a dropped value's `Drop` calling
+    /// `std::process::exit`) must not wait for the very drop it is part of.
+    static ON_REAPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the exit drain should wait for the queue: only in the process whose reaper thread
+/// exists, and not on that thread itself.
+fn drain_waits() -> bool {
+    REAPER_PID.load(Ordering::Acquire) == std::process::id() && !ON_REAPER.with(|c| c.get())
+}
+
 fn sender() -> Option<Sender<Item>> {
     static TX: OnceLock<Option<Mutex<Sender<Item>>>> = OnceLock::new();
     let tx = TX.get_or_init(|| {
@@ -50,6 +68,7 @@ fn sender() -> Option<Sender<Item>> {
                 // Exempt this thread from other threads' global-mode captures: its event waits are
                 // on events no capture records into.
                 crate::driver::relax_thread_capture_mode();
+                ON_REAPER.with(|c| c.set(true));
                 for (event, item) in rx {
                     // If the wait fails the context is unusable and nothing will run any more:
                     // dropping is safe either way.
@@ -66,6 +85,7 @@ fn sender() -> Option<Sender<Item>> {
             .ok()
             .map(|_| Mutex::new(tx));
         if started.is_some() {
+            REAPER_PID.store(std::process::id(), Ordering::Release);
             drain_before_exit();
         }
         started
@@ -100,7 +120,7 @@ pub(crate) fn drain_before_exit() {
     {
         extern "C" fn drain() {
             let start = std::time::Instant::now();
-            while QUEUED.load(Ordering::Acquire) > 0 && start.elapsed() < EXIT_DRAIN_BOUND {
+            while drain_waits() && QUEUED.load(Ordering::Acquire) > 0 && start.elapsed() < EXIT_DRAIN_BOUND {
                 std::thread::sleep(Duration::from_millis(1));
             }
             ABANDON.store(true, Ordering::Release);
@@ -109,5 +129,25 @@ pub(crate) fn drain_before_exit() {
         // and sleeps); registering it has no other precondition. A failed registration (only on
         // memory exhaustion) leaves exit as it was without the drain.
         let _ = unsafe { libc::atexit(drain) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_drain_waits_only_in_the_reapers_process_and_never_on_its_thread() {
+        REAPER_PID.store(std::process::id(), Ordering::Release);
+        assert!(drain_waits(), "an ordinary thread of the reaper's process waits");
+        let on_reaper = std::thread::spawn(|| {
+            ON_REAPER.with(|c| c.set(true));
+            drain_waits()
+        });
+        assert!(!on_reaper.join().unwrap(), "the reaper thread itself never waits");
+        // As in a child made by fork: another pid than the one that started the thread.
+        REAPER_PID.store(std::process::id().wrapping_add(1), Ordering::Release);
+        assert!(!drain_waits(), "a forked child does not wait");
+        REAPER_PID.store(0, Ordering::Release);
     }
 }

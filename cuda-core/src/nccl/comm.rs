@@ -103,6 +103,10 @@ impl Communicator {
         // SAFETY: `comms` has room for `n` handles and `ordinals` holds `n` valid, distinct device
         // ordinals (opened devices, whose primary contexts NCCL's runtime calls will use).
         unsafe { result::comm_init_all(&mut comms, n, &ordinals) }?;
+        // NCCL may register destructors of its own at the first communicator (after its load):
+        // the reaper's exit drain is registered once more so that it runs before them.
+        static AFTER_FIRST_INIT: std::sync::Once = std::sync::Once::new();
+        AFTER_FIRST_INIT.call_once(crate::track::reaper::drain_before_exit);
         let locks = devices.iter().map(|_| Mutex::new(())).collect();
         let matching = Matching::new(devices.len());
         let group = Arc::new(Group { comms, devices: devices.to_vec(), locks, matching });

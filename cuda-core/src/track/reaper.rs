@@ -15,7 +15,9 @@
 //! has been dropped; what is still queued after that is forgotten, not dropped (the process is
 //! ending; the operating system takes its memory back). Handlers run in the reverse order of
 //! registration, so the handler is registered again after each library this crate loads later
-//! (NCCL), ahead of that library's destructors. The drain does not wait on the reaper thread
+//! (NCCL, and after its first communicator, whose function-local statics register destructors of
+//! their own), ahead of that library's destructors; only the first run waits. A drop already
+//! running when the bound passes is not stopped, and a value handed over after that is forgotten. The drain does not wait on the reaper thread
 //! itself (a dropped value whose `Drop` calls `std::process::exit`), nor in a child made by
 //! `fork` (which inherits the queue count but not the thread).
 
@@ -53,9 +55,10 @@ thread_local! {
 }
 
 /// Whether the exit drain should wait for the queue: only in the process whose reaper thread
-/// exists, and not on that thread itself.
-fn drain_waits() -> bool {
-    REAPER_PID.load(Ordering::Acquire) == std::process::id() && !ON_REAPER.with(|c| c.get())
+/// exists (`reaper_pid`, 0 if none), not on that thread itself, and only once (`abandoned`: an
+/// earlier run of the handler already waited out its bound).
+fn drain_waits(reaper_pid: u32, pid: u32, on_reaper: bool, abandoned: bool) -> bool {
+    reaper_pid == pid && !on_reaper && !abandoned
 }
 
 fn sender() -> Option<Sender<Item>> {
@@ -73,11 +76,7 @@ fn sender() -> Option<Sender<Item>> {
                     // If the wait fails the context is unusable and nothing will run any more:
                     // dropping is safe either way.
                     let _ = event.sync_unchecked();
-                    if ABANDON.load(Ordering::Acquire) {
-                        std::mem::forget(item);
-                    } else {
-                        drop(item);
-                    }
+                    release(item);
                     drop(event);
                     QUEUED.fetch_sub(1, Ordering::AcqRel);
                 }
@@ -93,9 +92,28 @@ fn sender() -> Option<Sender<Item>> {
     tx.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).clone())
 }
 
+/// Releases one value on the reaper thread, its event complete: forgotten once the process is
+/// past the exit drain's bound (`ABANDON`), else dropped. A value whose `Drop` panics (a user's
+/// host-node closure or foreign owner) must not end the thread: unwinding out of its loop would
+/// drop the channel's receiver, freeing every queued value at once, before its replay completed.
+/// The panic is reported by the panic hook; the value is gone either way.
+fn release(item: Box<dyn Any + Send>) {
+    if ABANDON.load(Ordering::Acquire) {
+        std::mem::forget(item);
+    } else {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(item)));
+    }
+}
+
 /// Drops `item` once `event` has completed, on the reaper thread. If that thread cannot be
 /// started, waits for the event here instead (blocking) and drops the item.
 pub(crate) fn drop_after(event: Arc<PooledEvent>, item: Box<dyn Any + Send>) {
+    if ABANDON.load(Ordering::Acquire) {
+        // The process is exiting and the drain's bound has passed: the libraries may be tearing
+        // down, so the value is forgotten, not dropped (the operating system takes it back).
+        std::mem::forget(item);
+        return;
+    }
     match sender() {
         Some(tx) => {
             QUEUED.fetch_add(1, Ordering::AcqRel);
@@ -113,14 +131,21 @@ pub(crate) fn drop_after(event: Arc<PooledEvent>, item: Box<dyn Any + Send>) {
 }
 
 /// Registers the exit drain (see the module docs) with the C `atexit`: once when the reaper
-/// thread starts, and again after a library is loaded whose destructors must run after it. A
-/// second run of the handler finds nothing queued and returns at once.
+/// thread starts, and again after a library is loaded whose destructors must run after it. The
+/// first run to execute waits (at most [`EXIT_DRAIN_BOUND`]) and then sets `ABANDON`; every later
+/// run returns at once, so the exit waits one bound in all.
 pub(crate) fn drain_before_exit() {
     #[cfg(unix)]
     {
         extern "C" fn drain() {
+            let waits = drain_waits(
+                REAPER_PID.load(Ordering::Acquire),
+                std::process::id(),
+                ON_REAPER.with(|c| c.get()),
+                ABANDON.load(Ordering::Acquire),
+            );
             let start = std::time::Instant::now();
-            while drain_waits() && QUEUED.load(Ordering::Acquire) > 0 && start.elapsed() < EXIT_DRAIN_BOUND {
+            while waits && QUEUED.load(Ordering::Acquire) > 0 && start.elapsed() < EXIT_DRAIN_BOUND {
                 std::thread::sleep(Duration::from_millis(1));
             }
             ABANDON.store(true, Ordering::Release);
@@ -137,17 +162,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_drain_waits_only_in_the_reapers_process_and_never_on_its_thread() {
-        REAPER_PID.store(std::process::id(), Ordering::Release);
-        assert!(drain_waits(), "an ordinary thread of the reaper's process waits");
-        let on_reaper = std::thread::spawn(|| {
-            ON_REAPER.with(|c| c.set(true));
-            drain_waits()
-        });
-        assert!(!on_reaper.join().unwrap(), "the reaper thread itself never waits");
-        // As in a child made by fork: another pid than the one that started the thread.
-        REAPER_PID.store(std::process::id().wrapping_add(1), Ordering::Release);
-        assert!(!drain_waits(), "a forked child does not wait");
-        REAPER_PID.store(0, Ordering::Release);
+    fn a_panicking_drop_does_not_unwind_out_of_release() {
+        struct Panics(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Panics {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+                panic!("a kept value's Drop panics");
+            }
+        }
+        let dropped = Arc::new(AtomicBool::new(false));
+        release(Box::new(Panics(dropped.clone())));
+        assert!(dropped.load(Ordering::SeqCst), "the value was dropped");
+        let plain = Arc::new(AtomicBool::new(false));
+        release(Box::new(Panics(plain.clone())));
+        assert!(plain.load(Ordering::SeqCst), "and the next one too");
+    }
+
+    #[test]
+    fn the_drain_waits_once_only_in_the_reapers_process_and_never_on_its_thread() {
+        assert!(drain_waits(42, 42, false, false), "an ordinary thread of the reaper's process waits");
+        assert!(!drain_waits(42, 42, true, false), "the reaper thread itself never waits");
+        assert!(!drain_waits(42, 43, false, false), "a forked child (another pid) does not wait");
+        assert!(!drain_waits(0, 42, false, false), "no reaper thread: nothing to wait for");
+        assert!(!drain_waits(42, 42, false, true), "a second run of the handler does not wait again");
     }
 }

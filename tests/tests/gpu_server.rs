@@ -31,7 +31,18 @@ fn runtime() -> Result<tokio::runtime::Runtime, Failed> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?)
 }
 
-fn concurrent_requests_equal_their_replays() -> TestResult {
+/// The parts [`concurrent_requests_equal_their_replays`] checks one each: every part serves the
+/// same 20 concurrent requests (so each part is the whole load), then replays and independently
+/// checks the requests `i % PARTS == part`. Split so that each part finishes within one
+/// sanitizer run (the whole test ran past 585 s under racecheck); together they check every
+/// request.
+const PARTS: u32 = 3; // the parts registered in main()
+
+/// 20 concurrent greedy and sampled requests of mixed lengths through the batcher: every stream
+/// delivers exactly its tokens; the requests of `part` equal their recorded paths replayed alone,
+/// and their greedy first tokens are the argmax (within bf16 rounding) of an independent model
+/// fed the prompt token by token.
+fn concurrent_requests_equal_their_replays(part: u32) -> TestResult {
     let rt = runtime()?;
     rt.block_on(async {
         let engine = LlamaEngine::start(build, 48)?;
@@ -74,8 +85,13 @@ fn concurrent_requests_equal_their_replays() -> TestResult {
         for j in jobs {
             served.push(j.await?.map_err(Failed::from)?);
         }
+        let mine = |i: &usize| *i as u32 % PARTS == part;
         for (r, s) in reqs.iter().zip(&served) {
             ensure(!s.contains(&u32::MAX) && s.iter().all(|&t| t < 2048), format!("{}: tokens {s:?}", r.id))?;
+        }
+        let mut replayed = 0;
+        for (_, (r, s)) in reqs.iter().zip(&served).enumerate().filter(|(i, _)| mine(i)) {
+            replayed += 1;
             let o = h.replay(&r.id).await?.ok_or("no recorded path")?;
             ensure(&o.served == s, format!("{}: recorded tokens differ from the stream", r.id))?;
             ensure(
@@ -88,6 +104,7 @@ fn concurrent_requests_equal_their_replays() -> TestResult {
                 ),
             )?;
         }
+        ensure(replayed >= 6, format!("part {part} replayed only {replayed} requests"))?;
         let distinct: std::collections::HashSet<u32> = served.iter().flatten().copied().collect();
         ensure(distinct.len() > 10, format!("only {} distinct tokens over 20 requests", distinct.len()))?;
         h.shutdown(Duration::ZERO);
@@ -98,7 +115,11 @@ fn concurrent_requests_equal_their_replays() -> TestResult {
         // GEMMs: the two round differently in bf16), f64 comparison of the logits with the
         // tolerance gpu_prefill uses between those two paths (3% of the largest |logit|).
         let mut m2 = build().map_err(Failed::from)?;
-        for (r, s) in reqs.iter().zip(&served).filter(|(r, _)| r.sampling.is_greedy()) {
+        let mut greedy = 0;
+        for (_, (r, s)) in
+            reqs.iter().zip(&served).enumerate().filter(|(i, (r, _))| mine(i) && r.sampling.is_greedy())
+        {
+            greedy += 1;
             let logits = m2.forced_logits(0, &r.prompt)?;
             let last: Vec<f64> = logits.last().ok_or("no logits")?.iter().map(|&x| f64::from(x)).collect();
             let max = last.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -109,6 +130,10 @@ fn concurrent_requests_equal_their_replays() -> TestResult {
                 format!("{}: first token {} has logit {got}, the max is {max}", r.id, s[0]),
             )?;
         }
+        ensure(greedy >= 3, format!("part {part} checked only {greedy} greedy first tokens"))?;
+        eprintln!(
+            "part {part}: {replayed} requests equal their replays, {greedy} greedy first tokens checked"
+        );
         Ok(())
     })
 }
@@ -168,7 +193,9 @@ fn http_request_and_debug_replay() -> TestResult {
 
 fn main() {
     let mut s = Suite::new();
-    s.gpu("concurrent_requests_equal_their_replays", concurrent_requests_equal_their_replays)
+    s.gpu("concurrent_requests_equal_their_replays_part0", || concurrent_requests_equal_their_replays(0))
+        .gpu("concurrent_requests_equal_their_replays_part1", || concurrent_requests_equal_their_replays(1))
+        .gpu("concurrent_requests_equal_their_replays_part2", || concurrent_requests_equal_their_replays(2))
         .gpu("http_request_and_debug_replay", http_request_and_debug_replay);
     s.run()
 }

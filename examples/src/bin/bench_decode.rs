@@ -214,7 +214,7 @@ fn ttft(m: &mut LlamaModel, n: usize, reps: usize) -> Result<(f64, u32)> {
 /// Two bf16 paths that round in different places (GEMMs over the chunk against products row by
 /// row, a tiled attention against a per-row one) each sit up to PyTorch bf16's own error from the
 /// f32 result; at the Llama-3.2-1B shape with random weights that error is about 0.11 on logits of
-/// magnitude ~4 (`gpu_llama::hf_reference_1b`), so the two may differ by twice as much. The H100
+/// magnitude ~4 (`gpu_llama::hf_reference_1b_*`), so the two may differ by twice as much. The H100
 /// run of the tiled prefill attention measured 0.119 against a largest |logit| of 3.92 (3.0 %),
 /// past the 3 % this check had. Work skipped or garbled (a layer missing, a wrong position) moves
 /// logits by the order of the logits themselves, and NaN fails.

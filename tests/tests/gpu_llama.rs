@@ -1,7 +1,8 @@
 //! GPU suite of the Llama decoder (`models::llama`): the decode checked against Hugging Face
 //! transformers (`scripts/hf_llama_reference.py` builds the model from a config with a fixed seed,
 //! saves it as safetensors and writes f32 and bf16 reference logits and greedy tokens; run here
-//! unless `LLAMA_REF_DIR` points at its output), batching and padding, the graph cache's budget
+//! unless `LLAMA_REF_DIR` (small shape, `--steps 16`) or `LLAMA_REF_DIR_1B` (`--shape 1b --steps
+//! 8`) points at its output), batching and padding, the graph cache's budget
 //! and eviction, refused inputs, the kernels' guards on device-side indices, and a cancelled
 //! step. Ignored without a GPU; fails without one when CUDA_ASYNC_REQUIRE_GPU=1.
 
@@ -27,9 +28,13 @@ fn reference_dir() -> Result<PathBuf, Failed> {
     run_reference(&DIR, "small", 16)
 }
 
-/// The reference of the Llama-3.2-1B shape (seeded random weights, 8 generated steps), generated
-/// once per process.
+/// The reference of the Llama-3.2-1B shape (seeded random weights, 8 generated steps):
+/// `LLAMA_REF_DIR_1B` (the script's output with `--shape 1b --steps 8`, so that tests run in
+/// processes of their own share one), or generated once per process.
 fn reference_dir_1b() -> Result<PathBuf, Failed> {
+    if let Ok(d) = std::env::var("LLAMA_REF_DIR_1B") {
+        return Ok(d.into());
+    }
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     run_reference(&DIR, "1b", 8)
 }

@@ -40,7 +40,7 @@ absent.
       margin means a bf16 implementation may legitimately pick the other token there);
     - `bf16_max_abs_err`: the largest |bf16 logit - f32 logit| over the prompt's rows.
 
-`tests/tests/gpu_llama.rs` runs this script (or reads the directory named by `LLAMA_REF_DIR`) and compares the
+`tests/tests/gpu_llama.rs` runs this script (or reads the directories named by `LLAMA_REF_DIR` and `LLAMA_REF_DIR_1B`) and compares the
 Rust decoder's tokens and logits with these files.
 
 Usage: python3 scripts/hf_llama_reference.py --out DIR [--shape small|1b] [--steps 16] [--seed 0] [--no-logits]

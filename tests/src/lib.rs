@@ -285,10 +285,22 @@ pub fn ensure(cond: bool, msg: impl std::fmt::Display) -> TestResult {
 /// thread and a backtrace before the process ends (exit 128 + signal). A diagnostic for faults
 /// seen only under a tool (racecheck ended `gpu_graph_build::conditional_while_counts_to_n` with a
 /// host-side fault and no report): not async-signal-safe (it allocates), so only for a process
-/// that is dying anyway, and off unless asked for.
+/// that is dying anyway, and off unless asked for. Set to `default`, it instead resets both signals
+/// to their default action (no handler at all, not even Rust's stack-overflow one): a diagnostic
+/// that tells whether a handler's presence changes such a run.
 fn install_fault_backtrace() {
     #[cfg(unix)]
-    if std::env::var_os("CUDA_ASYNC_TEST_FAULT_BACKTRACE").is_some() {
+    if std::env::var_os("CUDA_ASYNC_TEST_FAULT_BACKTRACE").is_some_and(|v| v == "default") {
+        for sig in [libc::SIGSEGV, libc::SIGBUS] {
+            // SAFETY: a zeroed sigaction with SIG_DFL (0) is the default action; the old action is
+            // not needed.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(sig, &sa, std::ptr::null_mut());
+            }
+        }
+    } else if std::env::var_os("CUDA_ASYNC_TEST_FAULT_BACKTRACE").is_some() {
         extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
             // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
             let addr = unsafe { (*info).si_addr() } as usize;

@@ -16,9 +16,9 @@ sleep 20
 GB=$(ls .gpu-bundle/tests/*--gpu_graph_build)
 for k in 1 2 3 4; do
   [ $(( D - $(date +%s) )) -gt 60 ] || break
-  timeout 60 compute-sanitizer --tool racecheck --report-api-errors explicit --leak-check no --target-processes application-only --print-limit 200 $GB --test-threads=1 conditional_while_counts_to_n --exact > $L/while-$k.log 2>&1
-  echo "[$((SECONDS-T0)) s, $(pgrep -c -f 'compute-sanitizer') sanitizer processes] WHILE test run $k: rc $? | $(grep -E '^test result' $L/while-$k.log | cut -c1-30) | last: $(grep -E 'instantiated|replayed' $L/while-$k.log | tail -1) | $(grep -c 'dereferencing Unified' $L/while-$k.log) UM-fault lines"
-  for m in while edges; do timeout 60 compute-sanitizer --tool racecheck /tmp/while_racecheck $m > $L/repro-$m-$k.log 2>&1; echo "   repro $m run $k: rc $? | $(grep -E 'repro .*: ok|RACECHECK SUMMARY|Error' $L/repro-$m-$k.log | head -2 | tr '\n' ' ')"; done
+  timeout 60 compute-sanitizer --tool racecheck --report-api-errors explicit --leak-check no --target-processes application-only --print-limit 200 $GB --test-threads=1 conditional_while_counts_to_n --exact > $L/while-$k.log 2>&1; rc=$?
+  echo "[$((SECONDS-T0)) s, $(pgrep -c -f 'compute-sanitizer') sanitizer processes] WHILE test run $k: rc $rc | $(grep -E '^test result' $L/while-$k.log | cut -c1-30) | last: $(grep -E 'instantiated|replayed' $L/while-$k.log | tail -1) | $(grep -c 'dereferencing Unified' $L/while-$k.log) UM-fault lines"
+  for m in while edges; do timeout 60 compute-sanitizer --tool racecheck /tmp/while_racecheck $m > $L/repro-$m-$k.log 2>&1; rc=$?; echo "   repro $m run $k: rc $rc | $(grep -E 'repro .*: ok|RACECHECK SUMMARY|Error' $L/repro-$m-$k.log | head -2 | tr '\n' ' ')"; done
 done
 wait; cat $L/jobs.out
 grep -hE "^part" $L/*/san/*.log | head

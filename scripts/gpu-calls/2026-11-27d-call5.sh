@@ -1,10 +1,10 @@
 # Call 5 of the fourth 2026-11-27 session (bundle in .gpu-tar/commit, the final library), the last
-# of the session's device time (about 480 s): racecheck of gpu_server's concurrent test part 1, and
+# of the session's device time (about 430 s): racecheck of gpu_server's concurrent test part 1, and
 # of gpu_llama's short tests (their call-3 logs were lost), one process each; while they run (the
 # condition under which the WHILE test died in every earlier run: other sanitizer processes on the
 # GPU), the WHILE test and the plain CUDA C reproduction under racecheck, alternating.
 [ -d .gpu-bundle ] && [ "$(cat .gpu-bundle/.commit 2>/dev/null)" = "$(cat .gpu-tar/commit)" ] || { rm -rf .gpu-bundle; tar -xJf .gpu-tar/bundle.tar.xz && cp .gpu-tar/commit .gpu-bundle/.commit; }
-T0=$SECONDS; L=/tmp/D5; mkdir -p $L; D=$(( $(date +%s) + 430 ))
+T0=$SECONDS; L=/tmp/D5; mkdir -p $L; D=$(( $(date +%s) + 370 ))
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; cat .gpu-tar/commit
 export CUDA_ASYNC_REQUIRE_GPU=1
 (nvcc -arch=sm_90 -rdc=true scripts/repro/while_racecheck.cu -lcudadevrt -o /tmp/while_racecheck > $L/nvcc.log 2>&1; echo "nvcc exit $?" >> $L/nvcc.log) &

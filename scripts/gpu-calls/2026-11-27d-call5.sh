@@ -1,18 +1,15 @@
 # Call 5 of the fourth 2026-11-27 session (bundle in .gpu-tar/commit, the final library), the last
-# of the session's device time (about 430 s): racecheck of gpu_server's concurrent test part 1, and
-# of gpu_llama's short tests (their call-3 logs were lost), one process each; while they run (the
-# condition under which the WHILE test died in every earlier run: other sanitizer processes on the
+# of the session's device time (about 430 s): racecheck of gpu_server's concurrent test part 1;
+# while it runs (the condition under which the WHILE test died in every earlier run: other sanitizer processes on the
 # GPU), the WHILE test and the plain CUDA C reproduction under racecheck, alternating.
 [ -d .gpu-bundle ] && [ "$(cat .gpu-bundle/.commit 2>/dev/null)" = "$(cat .gpu-tar/commit)" ] || { rm -rf .gpu-bundle; tar -xJf .gpu-tar/bundle.tar.xz && cp .gpu-tar/commit .gpu-bundle/.commit; }
 T0=$SECONDS; L=/tmp/D5; mkdir -p $L; D=$(( $(date +%s) + 370 ))
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; cat .gpu-tar/commit
 export CUDA_ASYNC_REQUIRE_GPU=1
 (nvcc -arch=sm_90 -rdc=true scripts/repro/while_racecheck.cu -lcudadevrt -o /tmp/while_racecheck > $L/nvcc.log 2>&1; echo "nvcc exit $?" >> $L/nvcc.log) &
-python3 scripts/hf_llama_reference.py --out /tmp/refsmall --shape small --steps 16 > $L/refsmall.log 2>&1 && export LLAMA_REF_DIR=/tmp/refsmall
-echo "reference at $((SECONDS-T0)) s"; wait; cat $L/nvcc.log
-{ echo "gpu_server concurrent_requests_equal_their_replays_part1"; printf 'gpu_llama %s\n' hf_reference_small fused_products_match_host graph_cache_budget_and_padding cancelled_step_keeps_slots_intact refusals kernel_guards; } > $L/jobs
+echo "gpu_server concurrent_requests_equal_their_replays_part1" > $L/jobs
 (xargs -P 4 -L 1 sh -c 'bash scripts/gpu-calls/san-job.sh racecheck $0 $1 '"$D $L" < $L/jobs > $L/jobs.out 2>&1) &
-sleep 20
+wait %1; cat $L/nvcc.log; sleep 10
 GB=$(ls .gpu-bundle/tests/*--gpu_graph_build)
 for k in 1 2 3 4; do
   [ $(( D - $(date +%s) )) -gt 60 ] || break

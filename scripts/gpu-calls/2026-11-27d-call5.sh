@@ -11,7 +11,7 @@ echo "gpu_server concurrent_requests_equal_their_replays_part1" > $L/jobs
 (xargs -P 4 -L 1 sh -c 'bash scripts/gpu-calls/san-job.sh racecheck $0 $1 '"$D $L" < $L/jobs > $L/jobs.out 2>&1) &
 wait %1; cat $L/nvcc.log; sleep 10
 GB=$(ls .gpu-bundle/tests/*--gpu_graph_build)
-for k in 1 2 3 4; do
+for k in 1 2 3 4 5 6; do
   [ $(( D - $(date +%s) )) -gt 60 ] || break
   timeout 60 compute-sanitizer --tool racecheck --report-api-errors explicit --leak-check no --target-processes application-only --print-limit 200 $GB --test-threads=1 conditional_while_counts_to_n --exact > $L/while-$k.log 2>&1; rc=$?
   echo "[$((SECONDS-T0)) s, $(pgrep -c -f 'compute-sanitizer') sanitizer processes] WHILE test run $k: rc $rc | $(grep -E '^test result' $L/while-$k.log | cut -c1-30) | last: $(grep -E 'instantiated|replayed' $L/while-$k.log | tail -1) | $(grep -c 'dereferencing Unified' $L/while-$k.log) UM-fault lines"

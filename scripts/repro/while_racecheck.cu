@@ -2,7 +2,12 @@
 // project's code: a graph with a WHILE conditional node whose body is a kernel that counts and
 // decides, then a kernel that calls cudaGraphSetConditional (as cuda-core's set_conditional.cu
 // does). Used to tell a fault of ours from a limit of compute-sanitizer racecheck, under which the
-// Rust test's process died with no hazard reported (docs/results/gpu-runs-2026-11-27b.md).
+// Rust test's process died with no hazard reported (docs/results/gpu-runs-2026-11-27b.md). Found
+// since (docs/results/gpu-runs-2026-11-27d.md): the Rust test dies only while another sanitizer
+// process shares the GPU, and the fault is in the tool's own library (libsanitizer-collection.so,
+// on a thread of its own, address 0x1b); this program, run between those deaths beside the same
+// neighbour, stayed clean (modes while and edges, 6 of 6 each), so it does not reproduce the
+// tool's fault.
 //   nvcc -arch=sm_90 -rdc=true scripts/repro/while_racecheck.cu -lcudadevrt -o /tmp/while_racecheck
 //   /tmp/while_racecheck MODE    MODE: while (as the test), while1 (the body one kernel that sets
 //                                the condition itself), if (an IF node, for comparison), edges

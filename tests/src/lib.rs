@@ -284,7 +284,8 @@ pub fn ensure(cond: bool, msg: impl std::fmt::Display) -> TestResult {
 /// With `CUDA_ASYNC_TEST_FAULT_BACKTRACE` set, a SIGSEGV or SIGBUS prints the faulting address, the
 /// thread and a backtrace before the process ends (exit 128 + signal). A diagnostic for faults
 /// seen only under a tool (racecheck ended `gpu_graph_build::conditional_while_counts_to_n` with a
-/// host-side fault and no report): not async-signal-safe (it allocates), so only for a process
+/// host-side fault and no report; with this handler it showed the fault on a thread that is not
+/// the program's, and a core dump placed it in the tool's own library): not async-signal-safe (it allocates), so only for a process
 /// that is dying anyway, and off unless asked for. Set to `default`, it instead resets both signals
 /// to their default action (no handler at all, not even Rust's stack-overflow one): a diagnostic
 /// that tells whether a handler's presence changes such a run.

@@ -245,9 +245,12 @@ fn conditional_while_counts_to_n() -> TestResult {
             Ok(())
         })?;
     }
-    // Progress on stderr: under racecheck this test's process has died (a host-side fault, no
-    // hazard reported) where a plain CUDA C graph of the same shape runs clean
-    // (scripts/repro/while_racecheck.cu); the last line printed says at which step.
+    // Progress on stderr. Under racecheck, with another sanitizer process on the same GPU, this
+    // test's process dies in its first replay: a SIGSEGV at address 0x1b on a thread of the tool's
+    // own library (libsanitizer-collection.so; a core dump's backtrace has no frame of this
+    // process's code), no hazard reported. Alone on the GPU it is racecheck-clean (19 of 19 runs);
+    // a plain CUDA C graph of the same shape (scripts/repro/while_racecheck.cu) is clean either way.
+    // See docs/results/gpu-runs-2026-11-27d.md.
     eprintln!("graph built");
     let graph = CudaGraph::from_graph(&s, g, CaptureOptions::default())?;
     eprintln!("graph instantiated");

@@ -48,6 +48,7 @@
 
 #[cfg(feature = "cublas")]
 pub mod blas;
+mod catch;
 pub mod device;
 pub mod driver;
 pub mod error;

@@ -499,8 +499,15 @@ fn run_wakers(shard: &'static Shard) -> bool {
         };
         let since = now_ns();
         shard.in_waker.store(since, Ordering::SeqCst);
-        // A panicking waker must not kill the engine (every other future would hang).
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
+        // A panicking waker must not kill the engine (every other future would hang), nor a panic
+        // payload whose own `Drop` panics (dropped outside the catch, it would unwind out of this
+        // thread; the watchdog would then hand the shard over, but only after its threshold).
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake())) {
+            if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)))
+            {
+                std::mem::forget(again);
+            }
+        }
         loop {
             match shard.in_waker.compare_exchange(since, 0, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => break,
@@ -585,4 +592,50 @@ mod watchdog {
 #[doc(hidden)]
 pub fn waker_takeovers() -> u64 {
     watchdog::TAKEOVERS.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    /// A panic payload whose own `Drop` panics.
+    struct Bomb;
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            panic!("the payload's Drop panics too");
+        }
+    }
+    struct Throws;
+    impl Wake for Throws {
+        fn wake(self: Arc<Self>) {
+            std::panic::panic_any(Bomb);
+        }
+    }
+    struct Counts(AtomicUsize);
+    impl Wake for Counts {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Found by review: a waker that panics with a payload whose `Drop` panics unwound out of
+    /// `run_wakers` (the payload was dropped outside the catch), ending the shard's thread with
+    /// the wakers after it still owed.
+    #[test]
+    fn a_waker_panicking_with_a_panicking_payload_does_not_end_the_shards_thread() {
+        let shard: &'static Shard = Box::leak(Box::default());
+        let counts = Arc::new(Counts(AtomicUsize::new(0)));
+        {
+            let mut w = shard.work();
+            w.wakers.push_back(Arc::new(Throws).into());
+            w.wakers.push_back(counts.clone().into());
+        }
+        let r = std::panic::catch_unwind(|| run_wakers(shard));
+        assert!(matches!(r, Ok(true)), "run_wakers unwound or gave the shard away");
+        assert_eq!(counts.0.load(Ordering::SeqCst), 1, "the waker after it ran");
+        assert_eq!(shard.in_waker.load(Ordering::SeqCst), 0);
+    }
 }

@@ -469,7 +469,8 @@ impl<'g> GraphBody<'g> {
         unsafe extern "C" fn trampoline<F: Fn() + Send + Sync + 'static>(data: *mut c_void) {
             // SAFETY: per this function's contract, `data` points to a live `F`.
             let f = unsafe { &*(data as *const F) };
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            // A panic must not unwind out of this `extern "C"` function (an abort).
+            crate::catch::catch_all(f);
         }
         let f = Arc::new(f);
         let p = sys::CUDA_HOST_NODE_PARAMS {

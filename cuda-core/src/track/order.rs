@@ -125,15 +125,19 @@ pub(crate) fn ordered<R, U: UseRef>(
                 continue;
             }
             let mut st = a.access();
-            if let Some(m) = st.write.take() {
+            // A mark is dropped only once its wait is enqueued: a failed wait leaves it in place
+            // for the next use (and the last free) to wait on.
+            if let Some(m) = &st.write {
                 on.wait_unchecked(&m.event)?;
+                st.write = None;
             }
             match kind {
                 Access::Read => st.home_read = true,
                 Access::Write => {
-                    for m in st.reads.drain(..) {
+                    for m in &st.reads {
                         on.wait_unchecked(&m.event)?;
                     }
+                    st.reads.clear();
                     st.home_read = false;
                 }
             }

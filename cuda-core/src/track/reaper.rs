@@ -96,12 +96,13 @@ fn sender() -> Option<Sender<Item>> {
 /// past the exit drain's bound (`ABANDON`), else dropped. A value whose `Drop` panics (a user's
 /// host-node closure or foreign owner) must not end the thread: unwinding out of its loop would
 /// drop the channel's receiver, freeing every queued value at once, before its replay completed.
-/// The panic is reported by the panic hook; the value is gone either way.
+/// The panic is reported by the panic hook; the value is gone either way, and so is a panic
+/// payload whose own `Drop` panics (see [`crate::catch::catch_all`]).
 fn release(item: Box<dyn Any + Send>) {
     if ABANDON.load(Ordering::Acquire) {
         std::mem::forget(item);
     } else {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(item)));
+        crate::catch::catch_all(move || drop(item));
     }
 }
 
@@ -176,6 +177,31 @@ mod tests {
         let plain = Arc::new(AtomicBool::new(false));
         release(Box::new(Panics(plain.clone())));
         assert!(plain.load(Ordering::SeqCst), "and the next one too");
+    }
+
+    /// Found by review: a kept value whose `Drop` panics with a payload whose own `Drop` panics
+    /// (`panic_any(Bomb)`) unwound out of `release` (the payload was dropped outside the catch),
+    /// out of the reaper's loop, freeing every queued value before its work completed.
+    #[test]
+    fn a_panic_payload_whose_drop_panics_does_not_unwind_out_of_release() {
+        struct Bomb;
+        impl Drop for Bomb {
+            fn drop(&mut self) {
+                panic!("the payload's Drop panics too");
+            }
+        }
+        struct ThrowsBomb(Arc<AtomicBool>);
+        impl Drop for ThrowsBomb {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+                std::panic::panic_any(Bomb);
+            }
+        }
+        let dropped = Arc::new(AtomicBool::new(false));
+        let d = dropped.clone();
+        let outer = std::panic::catch_unwind(move || release(Box::new(ThrowsBomb(d))));
+        assert!(dropped.load(Ordering::SeqCst), "the value was dropped");
+        assert!(outer.is_ok(), "release() unwound");
     }
 
     #[test]

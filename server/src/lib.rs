@@ -5,7 +5,8 @@
 //! - [`batcher`]: continuous batching, one task owning the engine;
 //! - [`tokenizer`], [`detok`]: text in and out;
 //! - [`api`], [`http`]: the OpenAI request and response bodies, the axum routes;
-//! - [`metrics`]: Prometheus metrics.
+//! - [`metrics`]: Prometheus metrics;
+//! - [`shutdown`]: serving until a signal, then a bounded graceful shutdown.
 
 #![warn(missing_docs)]
 
@@ -20,4 +21,5 @@ pub mod llama_engine;
 pub mod loadgen;
 pub mod metrics;
 pub mod paths;
+pub mod shutdown;
 pub mod tokenizer;

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use clap::Parser;
 use server::batcher::{spawn, BatcherConfig};
-use server::http::{router, AppState, ServerConfig};
+use server::http::{AppState, ServerConfig};
 use server::llama_engine::{build_model, LlamaEngine, ModelSource};
 use server::tokenizer::TextTokenizer;
 use std::path::PathBuf;
@@ -91,7 +91,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     };
     let (handle, task) = spawn(engine, bcfg);
     let state = Arc::new(AppState {
-        batcher: handle.clone(),
+        batcher: handle,
         tok: Arc::new(tok),
         cfg: ServerConfig {
             model_name: name,
@@ -105,15 +105,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;
     eprintln!("llama-serve: listening on http://{}", listener.local_addr()?);
     let grace = Duration::from_secs(args.shutdown_grace_s);
-    let h = handle.clone();
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            eprintln!("llama-serve: shutting down (grace {grace:?})");
-            h.shutdown(grace);
-        })
-        .await?;
-    let _ = tokio::time::timeout(grace + Duration::from_secs(5), task).await;
+    let signal = async move {
+        shutdown_signal().await;
+        eprintln!("llama-serve: shutting down (grace {grace:?})");
+    };
+    server::shutdown::serve_until(listener, state, signal, grace, task).await?;
     Ok(())
 }
 

@@ -56,7 +56,10 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         metrics::counter!(crate::metrics::ERRORS, "kind" => self.code).increment(1);
-        metrics::counter!(crate::metrics::REQUESTS, "outcome" => "rejected").increment(1);
+        // A request the batcher took and aborted ("aborted", a 500) was counted when it retired.
+        if self.code != "aborted" {
+            metrics::counter!(crate::metrics::REQUESTS, "outcome" => "rejected").increment(1);
+        }
         let mut r = (self.status, axum::Json(self.body())).into_response();
         if let Some(s) = self.retry_after {
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));

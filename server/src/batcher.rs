@@ -321,7 +321,10 @@ impl State {
         }
         for s in &mut self.running {
             if s.done.is_none() && s.tx.is_closed() {
-                s.done = Some(Finish::Aborted("cancelled".into()));
+                // A client that said how much it was served (`truncate_served`: a stop string
+                // matched) ended normally: counted as "stop" (as an EOS is), not as cancelled.
+                s.done =
+                    Some(if s.served.is_some() { Finish::Eos } else { Finish::Aborted("cancelled".into()) });
             }
         }
     }
@@ -389,10 +392,7 @@ async fn drive<T>(fut: impl Future<Output = T>, st: &mut State, rx: &mut mpsc::U
 impl<E: Engine> Batcher<E> {
     async fn run(mut self) {
         loop {
-            while let Ok(m) = self.rx.try_recv() {
-                self.st.handle(m);
-            }
-            self.st.reap_closed();
+            self.reap();
             self.retire();
             if self.st.deadline.is_some_and(|d| Instant::now() >= d) {
                 self.abort_all("the server is shutting down");
@@ -410,11 +410,20 @@ impl<E: Engine> Batcher<E> {
                 continue;
             }
             self.decode_round().await;
-            self.st.reap_closed();
+            self.reap();
             self.retire();
             self.prefill_round().await;
         }
         self.st.update_gauges();
+    }
+
+    /// Takes in every message sent so far, then reaps the requests whose client left: a client
+    /// sends `Served` before it drops its receiver, so a closed receiver's `Served` is seen here.
+    fn reap(&mut self) {
+        while let Ok(m) = self.rx.try_recv() {
+            self.st.handle(m);
+        }
+        self.st.reap_closed();
     }
 
     async fn wait_for_message(&mut self) {

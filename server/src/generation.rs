@@ -18,8 +18,9 @@ pub struct Chunk {
     pub finish: Option<&'static str>,
 }
 
-/// Turns a request's [`Event`]s into [`Chunk`]s. Dropping it (or reaching a stop string) drops
-/// the receiver, which cancels the request in the batcher.
+/// Turns a request's [`Event`]s into [`Chunk`]s. Dropping it (or [`Generation::close`]) drops
+/// the receiver, which cancels the request in the batcher; after a stop string, call
+/// `BatcherHandle::truncate_served` first, then `close`.
 #[derive(Debug)]
 pub struct Generation {
     rx: Option<mpsc::UnboundedReceiver<Event>>,
@@ -72,7 +73,9 @@ impl Generation {
                     let (text, stopped) = self.stop.push(&delta);
                     pending.text.push_str(&text);
                     if stopped {
-                        self.rx = None;
+                        // The receiver stays open until `close` (or drop): the caller first tells
+                        // the batcher how much was served, so the batcher sees a stop, not a
+                        // cancellation.
                         self.done = true;
                         pending.finish = Some("stop");
                         return Some(Ok(pending));
@@ -105,6 +108,12 @@ impl Generation {
         self.stop.stopped()
     }
 
+    /// Drops the receiver: the batcher ends the request at its next step (a cancellation, unless
+    /// `truncate_served` said how much was served).
+    pub fn close(&mut self) {
+        self.rx = None;
+    }
+
     fn abort(&mut self, why: String) -> Result<Chunk, String> {
         self.done = true;
         self.rx = None;
@@ -124,5 +133,30 @@ impl Generation {
             all.finish = c.finish.or(all.finish);
         }
         Ok(all)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by red-team review: the receiver was dropped the moment a stop string matched, before
+    /// the caller could tell the batcher how much was served, so the batcher could count the
+    /// request as cancelled. It stays open until `close`.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_stop_string_leaves_the_receiver_open_until_close() {
+        let tok = Arc::new(TextTokenizer::fixture().unwrap());
+        let ids = tok.encode("hello world, hello again", false).unwrap();
+        let (tx, rx) = mpsc::unbounded_channel();
+        for &t in &ids {
+            tx.send(Event::Token(t)).unwrap();
+        }
+        let mut g = Generation::new(rx, tok, vec!["world".into()], false);
+        let all = g.collect().await.unwrap();
+        assert_eq!(all.finish, Some("stop"));
+        assert!(g.stopped_by_string());
+        assert!(!tx.is_closed(), "the receiver was dropped before close()");
+        g.close();
+        assert!(tx.is_closed());
     }
 }

@@ -279,6 +279,7 @@ async fn respond(
                 if generation.stopped_by_string() {
                     st.batcher.truncate_served(&reply.id, generation.completion_tokens);
                 }
+                generation.close();
                 let mut v = reply.envelope(false, json!([reply.choice(&all, false, true)]));
                 v["usage"] = reply.usage(generation.completion_tokens);
                 Json(v).into_response()
@@ -299,6 +300,7 @@ async fn respond(
                 Some(Ok(c)) => {
                     if c.finish.is_some() && g.stopped_by_string() {
                         st.batcher.truncate_served(&reply.id, g.completion_tokens);
+                        g.close();
                     }
                     (sse(&reply.envelope(true, json!([reply.choice(&c, true, false)]))), 1)
                 }
@@ -391,12 +393,19 @@ async fn chat(
             off_runtime(move || tok.render_chat(&messages, true).and_then(|t| tok.encode(&t, false)))
                 .await?
                 .map_err(|e| ApiError::bad(Some("messages"), "invalid_value", e.to_string()))?;
+        // A chat request has no `prompt`: an over-long conversation is the `messages`' fault.
         let n = max_tokens(
             req.max_tokens.or(req.max_completion_tokens),
             None,
             prompt.len(),
             st.batcher.limits().max_seq,
-        )?;
+        )
+        .map_err(|mut e| {
+            if e.param == Some("prompt") {
+                e.param = Some("messages");
+            }
+            e
+        })?;
         Ok::<_, ApiError>((params, prompt, n))
     };
     match run.await {

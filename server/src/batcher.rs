@@ -310,8 +310,10 @@ impl State {
         }
     }
 
-    /// Drops queued requests whose client left and marks running ones to be reaped.
-    fn reap_closed(&mut self) {
+    /// Drops queued requests whose client left and marks running ones to be reaped: running
+    /// sequence `i` only if `closed[i]` (its receiver was seen closed before the inbox was last
+    /// emptied, see `Batcher::reap`).
+    fn reap_closed(&mut self, closed: &[bool]) {
         let before = self.queue.len();
         self.queue.retain(|(_, tx, _)| !tx.is_closed());
         let gone = before - self.queue.len();
@@ -319,8 +321,8 @@ impl State {
             self.waiting.fetch_sub(gone, Ordering::AcqRel);
             metrics::counter!(crate::metrics::REQUESTS, "outcome" => "cancelled").increment(gone as u64);
         }
-        for s in &mut self.running {
-            if s.done.is_none() && s.tx.is_closed() {
+        for (s, _) in self.running.iter_mut().zip(closed).filter(|(_, &c)| c) {
+            if s.done.is_none() {
                 // A client that said how much it was served (`truncate_served`: a stop string
                 // matched) ended normally: counted as "stop" (as an EOS is), not as cancelled.
                 s.done =
@@ -417,13 +419,18 @@ impl<E: Engine> Batcher<E> {
         self.st.update_gauges();
     }
 
-    /// Takes in every message sent so far, then reaps the requests whose client left: a client
-    /// sends `Served` before it drops its receiver, so a closed receiver's `Served` is seen here.
+    /// Reaps the requests whose client left. A client sends `Served` before it drops its
+    /// receiver, so the receivers are looked at first and the inbox emptied after: a receiver
+    /// seen closed has its `Served` (if any) handled before it is reaped. (Emptying the inbox
+    /// first let a `Served` sent just after it, with the receiver closed just before the look,
+    /// count a stop as a cancellation; found by review, about 1 in 10 under 2,000 clients.)
+    /// Messages do not change `running`, so the looks stay aligned with it.
     fn reap(&mut self) {
+        let closed: Vec<bool> = self.st.running.iter().map(|s| s.tx.is_closed()).collect();
         while let Ok(m) = self.rx.try_recv() {
             self.st.handle(m);
         }
-        self.st.reap_closed();
+        self.st.reap_closed(&closed);
     }
 
     async fn wait_for_message(&mut self) {

@@ -97,7 +97,12 @@ impl Generation {
                     pending.finish = Some(if stopped || f == Finish::Eos { "stop" } else { "length" });
                     return Some(Ok(pending));
                 }
-                None => return Some(self.abort("the batcher stopped".into())),
+                None => {
+                    // The batcher ended without a `Done` for this request (it failed, or stopped
+                    // with the request still queued): it never counted it, so it is counted here.
+                    metrics::counter!(crate::metrics::REQUESTS, "outcome" => "aborted").increment(1);
+                    return Some(self.abort("the batcher stopped".into()));
+                }
             }
         }
     }
@@ -158,5 +163,29 @@ mod tests {
         assert!(!tx.is_closed(), "the receiver was dropped before close()");
         g.close();
         assert!(tx.is_closed());
+    }
+
+    /// Found by review: a request whose batcher ended without a `Done` (it failed, or stopped with
+    /// the request queued) got a 500 but was counted under no outcome. Counted "aborted" here.
+    #[test]
+    fn a_request_the_batcher_dropped_is_counted_aborted() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let got = metrics::with_local_recorder(&recorder, || {
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            rt.block_on(async {
+                let tok = Arc::new(TextTokenizer::fixture().unwrap());
+                let (tx, rx) = mpsc::unbounded_channel();
+                drop(tx);
+                let mut g = Generation::new(rx, tok, vec![], false);
+                g.collect().await
+            })
+        });
+        assert_eq!(got, Err("the batcher stopped".to_string()));
+        assert!(
+            handle.render().contains("llama_requests_total{outcome=\"aborted\"} 1"),
+            "{}",
+            handle.render()
+        );
     }
 }

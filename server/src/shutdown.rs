@@ -3,9 +3,11 @@
 //! On the signal the batcher stops admitting ([`BatcherHandle::shutdown`]): new requests are
 //! answered 503 with `Retry-After` and `/health` reports `shutting_down`, while the listener keeps
 //! accepting. Running streams finish, or are cancelled when the grace period ends. Only then does
-//! the listener close. Connections still open get [`CLOSE_BOUND`] to end and are then dropped, so
-//! a client that never completes its request (a half-sent head, a body that never comes) cannot
-//! keep the process alive.
+//! the listener close. Connections still open get [`CLOSE_BOUND`] to end; then [`serve_until`]
+//! returns regardless, so a client that never completes its request (a half-sent head, a body
+//! that never comes) cannot keep the process alive. Such a connection's task (axum runs each
+//! connection in a task of its own) is not ended by the return: it ends with the runtime, which
+//! `llama-serve` drops at once.
 //!
 //! [`BatcherHandle::shutdown`]: crate::batcher::BatcherHandle::shutdown
 
@@ -57,6 +59,7 @@ pub async fn serve_until(
         r = &mut server => return r,
         _ = stopped_rx => {}
     }
-    // The listener is closed; connections still open get a bound, then are dropped with `server`.
+    // The listener is closed; connections still open get a bound (their tasks then end with the
+    // runtime).
     tokio::time::timeout(CLOSE_BOUND, server).await.unwrap_or(Ok(()))
 }

@@ -142,12 +142,28 @@ impl Device {
     pub fn bind(&self) -> Result<()> {
         // The context this crate last made current on this thread: when it is ours, no driver call
         // is needed (a launch pays one driver call, like raw code). Code that changes the thread's
-        // current context behind this crate's back (raw driver calls) makes later calls of this
-        // crate fail with a driver error until it rebinds; it cannot make them touch the wrong
-        // memory, since every call names its stream, event or buffer of the right context.
+        // current context behind this crate's back (raw driver calls, or cudarc's safe
+        // `CudaContext::new`, `bind_to_thread` and its `Drop`) makes a call that names a stream,
+        // event, function or buffer fail with a driver error, never touch another context's
+        // memory. Calls that name none (creating a stream, event, module, pinned host memory,
+        // cuBLAS handle or executable graph; synchronising or querying the context) would act on
+        // whatever context is current: they use [`Device::bind_checked`], which asks the driver.
         if BOUND.with(|b| b.get()) == self.inner.ctx as usize {
             return Ok(());
         }
+        self.bind_checked()
+    }
+
+    /// Makes this device's primary context current, asking the driver which context is current
+    /// (one cheap call) instead of trusting the record of the last [`Device::bind`]: for calls
+    /// that name no handle and so act on the current context. Found by review: after cudarc's safe
+    /// `CudaContext::new` (or its `Drop`) changed the thread's context, a stream, event or module
+    /// created here landed in that other context, labelled as this device's, and dangled once it
+    /// was destroyed.
+    ///
+    /// # Errors
+    /// Driver errors reading or setting the thread's current context.
+    pub(crate) fn bind_checked(&self) -> Result<()> {
         let cur = result::ctx_get_current()?;
         if cur != self.inner.ctx {
             // SAFETY: the context is a retained primary context that lives for the process.
@@ -218,7 +234,7 @@ impl Device {
     /// # Errors
     /// Driver errors.
     pub fn memory_info(&self) -> Result<(usize, usize)> {
-        self.bind()?;
+        self.bind_checked()?;
         // SAFETY: this device's context is current.
         unsafe { result::mem_get_info() }
     }
@@ -247,7 +263,7 @@ impl Device {
     /// [`Error::Capture`] while any capture is open in the process (a device-wide wait would
     /// wait on, and invalidate, the capture); driver errors of queued work (e.g. a kernel fault).
     pub fn synchronize(&self) -> Result<()> {
-        self.bind()?;
+        self.bind_checked()?;
         driver::device_wide("synchronizing the device while a stream capture is active", || {
             // SAFETY: this device's context is current; no capture is open (the gate).
             unsafe { result::ctx_synchronize() }

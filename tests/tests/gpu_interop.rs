@@ -265,6 +265,36 @@ fn into_cudarc_refused_while_cudarc_captures() -> TestResult {
     Ok(())
 }
 
+/// Found by review: `Device::bind` trusted its record of the last bind, so after cudarc's safe
+/// `CudaContext::new_non_primary` (which makes its own context current) a stream, event or module
+/// created by this crate landed in cudarc's context, labelled as device 0's, and dangled once that
+/// context was destroyed. They must land in device 0's primary context and outlive cudarc's.
+fn objects_land_in_our_context_after_cudarc_switches_it() -> TestResult {
+    let d = Device::new(0)?;
+    let warm = Stream::new(&d)?; // this thread's bind record now says "ours"
+    let foreign = CudaContext::new_non_primary(0, 0).map_err(|e| e.to_string())?;
+    let cur = cudarc::driver::result::ctx::get_current().map_err(|e| e.to_string())?;
+    ensure(cur.is_some_and(|c| c != d.cu_context()), "cudarc did not make its own context current")?;
+    let s = Stream::new(&d)?;
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: `s` is a live stream; `ctx` is a valid out-pointer.
+    unsafe { sys::cuStreamGetCtx(s.raw(), &mut ctx) }.result().map_err(|e| e.to_string())?;
+    ensure(
+        ctx == d.cu_context(),
+        "a stream created after cudarc's switch is not in device 0's primary context",
+    )?;
+    let ev = cuda_core::Event::new(&d, false)?;
+    let x = DeviceBuffer::filled(&s, 4096, 1.5f32)?;
+    drop(foreign); // destroys cudarc's context
+    let mut y = DeviceBuffer::filled(&s, 4096, POISON_F32)?;
+    ops::scale(&x, 2.0f32, &mut y).sync_on(&s)?;
+    ev.record(&s)?;
+    ev.synchronize()?;
+    ensure(y.to_vec()?.iter().all(|&v| v == 3.0), "work on the stream after cudarc's context is gone")?;
+    warm.synchronize()?;
+    Ok(())
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("cudarc_round_trip", cudarc_round_trip)
@@ -273,6 +303,10 @@ fn main() {
         .gpu("wrap_checks", wrap_checks)
         .gpu("owner_handed_back_after_uses", owner_handed_back_after_uses)
         .gpu("cudarc_capture_not_joined", cudarc_capture_not_joined)
-        .gpu("into_cudarc_refused_while_cudarc_captures", into_cudarc_refused_while_cudarc_captures);
+        .gpu("into_cudarc_refused_while_cudarc_captures", into_cudarc_refused_while_cudarc_captures)
+        .gpu(
+            "objects_land_in_our_context_after_cudarc_switches_it",
+            objects_land_in_our_context_after_cudarc_switches_it,
+        );
     s.run()
 }

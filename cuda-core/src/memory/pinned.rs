@@ -178,7 +178,8 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         if dev.len() != self.len {
             return Err(Error::LengthMismatch { during, expected: self.len, actual: dev.len() });
         }
-        if self.len == 0 {
+        // No bytes (no elements, or a zero-sized `T`): no allocation, nothing to copy.
+        if self.len == 0 || size_of::<T>() == 0 {
             return Ok(());
         }
         // A previous transfer may still use `self`; the stream order only covers `stream`.
@@ -215,7 +216,9 @@ fn unsafe_zero<T: DeviceRepr>() -> T {
 
 impl<T: DeviceRepr> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
-        if self.len == 0 {
+        // No allocation was made for zero bytes (no elements, or a zero-sized `T`: found by
+        // review, a ZST buffer passed its dangling pointer to cuMemFreeHost).
+        if self.len == 0 || size_of::<T>() == 0 {
             return;
         }
         // The memory must not be freed while a transfer still touches it: wait first. If the wait

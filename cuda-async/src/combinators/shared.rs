@@ -46,9 +46,12 @@ fn waits() -> MutexGuard<'static, Waits> {
 /// - **At most once**, also when clones are executed from several threads at once: the first
 ///   execution runs the producer; the others wait for it (it only enqueues: no GPU work is waited
 ///   for) and then reuse the output.
-/// - **Never a deadlock.** A clone executed inside its own producer (directly, or through other
-///   shared ops whose producers wait on each other across threads) would wait forever; instead it
-///   fails with [`DeviceError::Lock`]. The check walks the wait-for graph of shared producers.
+/// - **No deadlock among shared ops.** A clone executed inside its own producer (directly, or
+///   through other shared ops whose producers wait on each other across threads) would wait
+///   forever; instead it fails with [`DeviceError::Lock`]. The check walks the wait-for graph of
+///   shared producers. It sees only waits on shared ops: a producer that blocks the host on
+///   something else (joins a thread, receives from a channel) which in turn executes a clone of
+///   the same op waits forever, as with [`std::sync::OnceLock::get_or_init`].
 /// - **Ordering:** a consumer on another stream than the producer's is ordered after the
 ///   producer's GPU work (an event recorded after it, waited on by the consumer's stream).
 /// - If the producer fails, every consumer gets [`DeviceError::Shared`] with the error.

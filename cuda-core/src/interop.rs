@@ -103,6 +103,12 @@ fn raw_waits(other: &CudaStream, ev: &PooledEvent, during: &'static str) -> Resu
     unsafe { result::stream_wait_event(other.cu_stream(), ev.raw(), during) }
 }
 
+/// The alignment, in bytes, that [`DeviceBuffer::from_raw_parts`] requires of a wrapped pointer:
+/// this crate's kernels load 16 bytes at a time from the start of a buffer (as the driver's own
+/// allocations, 256-byte aligned, allow). Found by review: a 2-byte-aligned `bf16` buffer wrapped
+/// from foreign memory made the decoder's vectorised loads fault, poisoning the context.
+pub const WRAP_ALIGN: usize = 16;
+
 impl<T: DeviceRepr> DeviceBuffer<T> {
     /// Wraps `len` elements of `T` at the device address `ptr`, memory this crate did not allocate,
     /// as a buffer homed on `stream`. `owner` is what keeps the memory allocated (a handle of the
@@ -118,7 +124,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     ///
     /// # Safety
     /// - `ptr` is a device allocation (or part of one) **in the primary context of `stream`'s
-    ///   device**, valid for `len * size_of::<T>()` bytes and aligned for `T`;
+    ///   device**, valid for `len * size_of::<T>()` bytes;
     /// - it stays allocated until `owner` is dropped (or handed back) — if `owner` does not own
     ///   it, the caller keeps it allocated until then;
     /// - while wrapped, nothing touches it except through this buffer (no other library, no second
@@ -126,8 +132,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     ///   any [`DeviceRepr`]).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a null or misaligned pointer with `len > 0`, or a size that
-    /// overflows the address space.
+    /// [`Error::InvalidArgument`] for a null pointer with `len > 0`, a pointer not aligned to
+    /// [`WRAP_ALIGN`] bytes (nor to `T`'s alignment, if larger), or a size that overflows the
+    /// address space.
     pub unsafe fn from_raw_parts<O: Send + 'static>(
         ptr: sys::CUdeviceptr,
         len: usize,
@@ -143,11 +150,11 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         if bytes > 0 && ptr == 0 {
             return Err(Error::InvalidArgument("wrapping a null device pointer".into()));
         }
-        if !ptr.is_multiple_of(std::mem::align_of::<T>() as u64) {
+        let align = std::mem::align_of::<T>().max(WRAP_ALIGN) as u64;
+        if !ptr.is_multiple_of(align) {
             return Err(Error::InvalidArgument(format!(
-                "device pointer {ptr:#x} is not aligned for {} ({} bytes)",
+                "device pointer {ptr:#x} is not {align}-byte aligned (wrapped memory must be, for {})",
                 std::any::type_name::<T>(),
-                std::mem::align_of::<T>()
             )));
         }
         let alloc = Allocation::external(ptr, stream.clone(), Box::new(owner));

@@ -191,6 +191,13 @@ fn wrap_checks() -> TestResult {
     // SAFETY: refused before any use (misaligned for f64).
     let odd = unsafe { DeviceBuffer::<f64>::from_raw_parts(owner.ptr + 4, 2, &s, ()) };
     ensure(matches!(odd, Err(cuda_core::Error::InvalidArgument(_))), "a misaligned pointer is refused")?;
+    // Aligned for the type but not to 16 bytes: the crate's kernels load 16 bytes at a time.
+    // SAFETY: refused before any use.
+    let short = unsafe { DeviceBuffer::<half::bf16>::from_raw_parts(owner.ptr + 2, 8, &s, ()) };
+    ensure(
+        matches!(short, Err(cuda_core::Error::InvalidArgument(_))),
+        "a pointer not 16-byte aligned is refused (cuda_core::interop::WRAP_ALIGN)",
+    )?;
     let freed = owner.freed.clone();
     // SAFETY: a live allocation of 16 f32 owned by `owner`.
     let buf = unsafe { DeviceBuffer::<f32>::from_raw_parts(owner.ptr, 16, &s, owner)? };

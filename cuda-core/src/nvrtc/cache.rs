@@ -26,7 +26,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-const MAGIC: &[u8; 8] = b"CUASYNC1";
+/// An entry's first bytes; then SHA-256 of (the entry's file name, `\0`, the payload), then the
+/// payload. Version 2 binds the digest to the file name (the key): a payload installed under
+/// another key's name (two writers' temporary files colliding, e.g. containers that share a cache
+/// folder) reads as a miss.
+const MAGIC: &[u8; 8] = b"CUASYNC2";
 
 /// Where a compiled image came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,12 +263,21 @@ fn read_entry(path: &Path) -> Entry {
         return Entry::Miss;
     }
     let payload = &data[header..];
-    let digest: [u8; 32] = Sha256::digest(payload).into();
+    let digest = entry_digest(path, payload);
     if digest[..] == data[MAGIC.len()..header] {
         Entry::Hit(payload.to_vec())
     } else {
         Entry::Miss
     }
+}
+
+/// The digest stored in an entry: of its file name and its payload (see [`MAGIC`]).
+fn entry_digest(path: &Path, payload: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(path.file_name().map(|n| n.as_encoded_bytes()).unwrap_or_default());
+    h.update([0]);
+    h.update(payload);
+    h.finalize().into()
 }
 
 fn write_entry(path: &Path, image: &[u8]) -> std::io::Result<()> {
@@ -275,18 +288,32 @@ fn write_entry(path: &Path, image: &[u8]) -> std::io::Result<()> {
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
     builder.create(dir)?;
-    let tmp = dir.join(format!(".tmp-{}-{:?}", std::process::id(), std::thread::current().id()));
+    // A name no other writer uses (process ids and thread ids repeat across containers sharing
+    // the folder), created exclusively: a clash fails this write instead of sharing the file.
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let unique = Sha256::digest(format!(
+        "{}-{:?}-{nanos}-{}-{:p}",
+        std::process::id(),
+        std::thread::current().id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        &N
+    ));
+    let tmp = dir.join(format!(".tmp-{:x}", u128::from_be_bytes(unique[..16].try_into().unwrap_or([0; 16]))));
     let mut data = Vec::with_capacity(MAGIC.len() + 32 + image.len());
     data.extend_from_slice(MAGIC);
-    data.extend_from_slice(&Sha256::digest(image));
+    data.extend_from_slice(&entry_digest(path, image));
     data.extend_from_slice(image);
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    // A leftover of a crashed write would keep its old permissions: start afresh.
-    let _ = std::fs::remove_file(&tmp);
-    options.open(&tmp)?.write_all(&data)?;
+    let written = options.open(&tmp).and_then(|mut f| f.write_all(&data));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     std::fs::rename(&tmp, path)
 }
 
@@ -317,6 +344,27 @@ mod tests {
         assert_eq!(read_entry(&p), Entry::Miss);
         assert_eq!(read_entry(&dir.join("absent.cubin")), Entry::Miss);
         assert_eq!(read_entry(&dir.join("no-such-dir/absent.cubin")), Entry::Miss);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Found by review: the digest covered the payload only, so a payload installed under
+    /// another key's name (two writers' temporary files colliding) read back as a hit: another
+    /// source's kernels launched under this one's signatures.
+    #[test]
+    fn an_entry_under_another_keys_name_is_a_miss() {
+        let dir = temp("rename");
+        let (a, b) = (dir.join("aaaa.cubin"), dir.join("bbbb.cubin"));
+        write_entry(&a, b"image of a").unwrap();
+        write_entry(&b, b"image of b").unwrap();
+        assert_eq!(read_entry(&a), Entry::Hit(b"image of a".to_vec()));
+        std::fs::rename(&a, &b).unwrap();
+        assert_eq!(read_entry(&b), Entry::Miss, "a's entry under b's name must not be a hit");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
+            .collect();
+        assert!(left.is_empty(), "temporary files left behind: {left:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

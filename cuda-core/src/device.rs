@@ -29,19 +29,6 @@ unsafe impl Send for DeviceInner {}
 // SAFETY: as above; no interior mutability.
 unsafe impl Sync for DeviceInner {}
 
-thread_local! {
-    /// The primary context this crate last made (or found) current on this thread (0: none yet).
-    static BOUND: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// Forgets which context this crate made current on the calling thread, so that the next
-/// [`Device::bind`] asks the driver. Called after calls into libraries that may switch the thread's
-/// current device themselves (NCCL does, through the CUDA runtime).
-#[cfg_attr(not(feature = "nccl"), allow(dead_code))]
-pub(crate) fn forget_binding() {
-    BOUND.with(|b| b.set(0));
-}
-
 /// A CUDA device with its retained primary context. Cheap to copy; equal when the ordinal is.
 ///
 /// ```no_run
@@ -136,40 +123,23 @@ impl Device {
     /// Makes this device's primary context current on the calling thread if it is not already.
     /// Every operation of this crate calls it; users never need to.
     ///
+    /// It asks the driver which context is current (one cheap call, a thread-local read in the
+    /// driver) every time, trusting no record of its own: other code switches the thread's context
+    /// behind this crate's back (cudarc's safe `CudaContext::new`, `bind_to_thread` and its `Drop`;
+    /// NCCL through the CUDA runtime). Found by review: with a cached record, streams, events,
+    /// modules and graphs created after such a switch landed in the other context, labelled as
+    /// this device's (dangling once it was destroyed), and every later call on the thread failed
+    /// until something rebound.
+    ///
     /// # Errors
     /// Driver errors reading or setting the thread's current context.
     #[inline]
     pub fn bind(&self) -> Result<()> {
-        // The context this crate last made current on this thread: when it is ours, no driver call
-        // is needed (a launch pays one driver call, like raw code). Code that changes the thread's
-        // current context behind this crate's back (raw driver calls, or cudarc's safe
-        // `CudaContext::new`, `bind_to_thread` and its `Drop`) makes a call that names a stream,
-        // event, function or buffer fail with a driver error, never touch another context's
-        // memory. Calls that name none (creating a stream, event, module, pinned host memory,
-        // cuBLAS handle or executable graph; synchronising or querying the context) would act on
-        // whatever context is current: they use [`Device::bind_checked`], which asks the driver.
-        if BOUND.with(|b| b.get()) == self.inner.ctx as usize {
-            return Ok(());
-        }
-        self.bind_checked()
-    }
-
-    /// Makes this device's primary context current, asking the driver which context is current
-    /// (one cheap call) instead of trusting the record of the last [`Device::bind`]: for calls
-    /// that name no handle and so act on the current context. Found by review: after cudarc's safe
-    /// `CudaContext::new` (or its `Drop`) changed the thread's context, a stream, event or module
-    /// created here landed in that other context, labelled as this device's, and dangled once it
-    /// was destroyed.
-    ///
-    /// # Errors
-    /// Driver errors reading or setting the thread's current context.
-    pub(crate) fn bind_checked(&self) -> Result<()> {
         let cur = result::ctx_get_current()?;
         if cur != self.inner.ctx {
             // SAFETY: the context is a retained primary context that lives for the process.
             unsafe { result::ctx_set_current(self.inner.ctx) }?;
         }
-        BOUND.with(|b| b.set(self.inner.ctx as usize));
         Ok(())
     }
 
@@ -234,7 +204,7 @@ impl Device {
     /// # Errors
     /// Driver errors.
     pub fn memory_info(&self) -> Result<(usize, usize)> {
-        self.bind_checked()?;
+        self.bind()?;
         // SAFETY: this device's context is current.
         unsafe { result::mem_get_info() }
     }
@@ -263,7 +233,7 @@ impl Device {
     /// [`Error::Capture`] while any capture is open in the process (a device-wide wait would
     /// wait on, and invalidate, the capture); driver errors of queued work (e.g. a kernel fault).
     pub fn synchronize(&self) -> Result<()> {
-        self.bind_checked()?;
+        self.bind()?;
         driver::device_wide("synchronizing the device while a stream capture is active", || {
             // SAFETY: this device's context is current; no capture is open (the gate).
             unsafe { result::ctx_synchronize() }

@@ -118,7 +118,7 @@ impl Event {
     /// # Errors
     /// Driver errors creating the event.
     pub fn new(device: &Device, timing: bool) -> Result<Event> {
-        device.bind_checked()?;
+        device.bind()?;
         let flags = if timing {
             sys::CUevent_flags::CU_EVENT_DEFAULT as u32
         } else {

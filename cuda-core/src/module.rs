@@ -28,7 +28,7 @@ impl Drop for ModuleInner {
         // Both in one device-wide step (never overlapping a capture, see `driver::device_wide`):
         // no capture can begin between the synchronisation and the unload. While a capture is
         // open anywhere, the module is leaked instead (a drop cannot wait or fail).
-        if self.device.bind_checked().is_err() {
+        if self.device.bind().is_err() {
             return;
         }
         let raw = self.raw;
@@ -131,7 +131,7 @@ impl CudaModule {
     }
 
     fn load(device: &Device, image: &[u8]) -> Result<CudaModule> {
-        device.bind_checked()?;
+        device.bind()?;
         // SAFETY: `image` is a NUL-terminated PTX string or an aligned binary image that lives
         // across the call; the context is bound.
         let raw = unsafe { result::module_load_data(image.as_ptr().cast()) }?;

@@ -101,7 +101,7 @@ impl Device {
         if enabled.get_or_insert_with(HashSet::new).contains(&key) {
             return Ok(());
         }
-        self.bind_checked()?;
+        self.bind()?;
         // A device-wide change: never while a capture is open (see `driver::device_wide`).
         crate::driver::device_wide("enabling peer access while a stream capture is active", || {
             // SAFETY: this device's primary context is current; `peer`'s primary context is

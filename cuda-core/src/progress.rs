@@ -185,7 +185,7 @@ impl SlotPool {
 
 /// A fresh page of zeroed slots, mapped into `device`'s address space. Never freed.
 fn new_page(device: &Device) -> Result<Vec<(&'static AtomicU64, sys::CUdeviceptr, u64)>> {
-    device.bind_checked()?;
+    device.bind()?;
     let bytes = SLOTS_PER_PAGE * 8;
     let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
     // SAFETY: the device's context is bound.

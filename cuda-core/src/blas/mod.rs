@@ -135,7 +135,7 @@ fn take_handle(device: &Device) -> Result<Handle> {
     if let Some(h) = pooled {
         return Ok(h);
     }
-    device.bind_checked()?;
+    device.bind()?;
     // SAFETY: the library is loaded (`Blas::new` called `load`) and the device's primary context
     // is current (bound above).
     let raw = unsafe { result::create() }?;

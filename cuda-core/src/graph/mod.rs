@@ -256,7 +256,7 @@ impl Graph {
                 "InstantiateFlags::UPLOAD needs a stream: use instantiate_and_upload".into(),
             ));
         }
-        self.device.bind_checked()?;
+        self.device.bind()?;
         let _g = self.guard();
         // Held across the instantiation: no event of an event node may belong to a capture.
         let _events = self.keep.lock_events(EVENT_NODE_IN_CAPTURE)?;

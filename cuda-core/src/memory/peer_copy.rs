@@ -64,7 +64,7 @@ unsafe impl Send for Staging {}
 
 impl Staging {
     fn new(device: &Device, bytes: usize) -> Result<Staging> {
-        device.bind_checked()?;
+        device.bind()?;
         const DURING: &str = "allocating the page-locked bounce buffer of a staged copy";
         // SAFETY: context bound. Portable, so both devices' contexts may use it.
         let ptr = unsafe { result::mem_host_alloc(bytes, sys::CU_MEMHOSTALLOC_PORTABLE, DURING) }?;

@@ -67,7 +67,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
             .ok_or_else(|| Error::InvalidArgument(format!("{len} elements overflow")))?;
         let mut ptr = std::ptr::NonNull::<T>::dangling().as_ptr();
         if bytes > 0 {
-            device.bind_checked()?;
+            device.bind()?;
             const DURING: &str = "allocating pinned host memory";
             // SAFETY: context bound. Portable so any context may use it.
             let raw = unsafe { result::mem_host_alloc(bytes, sys::CU_MEMHOSTALLOC_PORTABLE, DURING) }?;

@@ -42,7 +42,6 @@ impl Drop for Group {
                 let _ = result::comm_destroy(c);
             }
         }
-        crate::device::forget_binding();
     }
 }
 

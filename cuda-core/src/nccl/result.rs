@@ -24,8 +24,6 @@ fn status_error(status: sys::ncclResult_t, during: &'static str) -> Error {
 
 /// Turns an `ncclResult_t` into `Ok(())` or an [`Error::Library`] naming `during`.
 fn check(status: sys::ncclResult_t, during: &'static str) -> Result<()> {
-    // A call into NCCL may have switched the thread's current device (through the CUDA runtime).
-    crate::device::forget_binding();
     match status {
         sys::ncclResult_t::ncclSuccess => Ok(()),
         s => Err(status_error(s, during)),

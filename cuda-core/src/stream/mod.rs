@@ -33,7 +33,7 @@ impl Device {
     /// # Errors
     /// Driver errors.
     pub fn stream_priority_range(&self) -> Result<(i32, i32)> {
-        self.bind_checked()?;
+        self.bind()?;
         // SAFETY: context bound.
         unsafe { result::ctx_get_stream_priority_range() }
     }
@@ -80,7 +80,7 @@ impl Stream {
     /// [`Error::InvalidArgument`] for a priority outside [`Device::stream_priority_range`]; driver
     /// errors.
     pub fn with_priority(device: &Device, priority: i32) -> Result<Stream> {
-        device.bind_checked()?;
+        device.bind()?;
         if priority != 0 {
             let (least, greatest) = device.stream_priority_range()?;
             if priority > least || priority < greatest {

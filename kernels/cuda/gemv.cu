@@ -17,6 +17,11 @@
 // warps takes one output row o at a time (grid-stride), streams W[o] once with 16-byte loads
 // that bypass L1, and dots it with every input row. in % 8 == 0; out + out (SwiGLU's second
 // row index) and every grid-stride index fit in 32 bits (checked by the launcher).
+//
+// `early` (block-uniform, 0 or 1): with 0, a block only prefetches its first weight row into L2
+// before PDL_WAIT() and loads it after; with 1, it loads that row's first chunks into registers
+// before PDL_WAIT(), so that they arrive while the kernel ahead finishes. Only for weights that
+// no kernel able to overlap this launch writes (the launcher's `Gemv::preloading` contract).
 
 #define GEMV_WARPS 8
 #define GEMV_UNROLL 8
@@ -148,7 +153,7 @@ __device__ __forceinline__ void load_chunks(const bf16_t* __restrict__ w, unsign
 template <int R, int MODE, bool NORM>
 __device__ __forceinline__ void gemv(const bf16_t* __restrict__ x, const bf16_t* __restrict__ nw, float eps,
                                      const bf16_t* __restrict__ w, void* y, unsigned rows, unsigned in,
-                                     unsigned out, unsigned split) {
+                                     unsigned out, unsigned split, unsigned early) {
     extern __shared__ uint4 xs[];
     __shared__ float part_s[GEMV_WARPS][2][R];
     unsigned nvec = in / 8, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -156,13 +161,19 @@ __device__ __forceinline__ void gemv(const bf16_t* __restrict__ x, const bf16_t*
     unsigned c_first = sub * 32 + lane;
     uint4 wa[GEMV_UNROLL], wb[GEMV_UNROLL];
     unsigned base = blockIdx.x * per_block;
-    // Launched overlapped (Function::launch_overlapped): let the next kernel launch, pull this
-    // warp's first weight row towards L2 while the kernel ahead finishes, then wait for it.
+    // Launched overlapped (Function::launch_overlapped): let the next kernel launch, then start
+    // on this warp's first weight row while the kernel ahead finishes (its first chunks loaded
+    // with `early`, else pulled towards L2), then wait for it.
     PDL_LAUNCH();
-    prefetch_row<MODE>(w, base + warp / split, out, in, c_first, step);
-    PDL_WAIT();
-    // The weights do not depend on the input: the first loads are in flight during the staging.
-    load_chunks<MODE>(w, base + warp / split, out, in, c_first, step, wa, wb);
+    if (early) {
+        load_chunks<MODE>(w, base + warp / split, out, in, c_first, step, wa, wb);
+        PDL_WAIT();
+    } else {
+        prefetch_row<MODE>(w, base + warp / split, out, in, c_first, step);
+        PDL_WAIT();
+        // The weights do not depend on the input: the first loads are in flight during the staging.
+        load_chunks<MODE>(w, base + warp / split, out, in, c_first, step, wa, wb);
+    }
     stage<R, NORM>(x, nw, eps, rows, in, xs);
     bool loaded = true;
     for (; base < out; base += gridDim.x * per_block) { // block-uniform
@@ -239,14 +250,14 @@ __device__ __forceinline__ void gemv(const bf16_t* __restrict__ x, const bf16_t*
 #define GEMV_NORM_KERNEL(NAME, R, MODE)                                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                                       \
         NAME(const bf16_t* x, const bf16_t* nw, float eps, const bf16_t* w, void* y, unsigned rows,      \
-             unsigned in, unsigned out, unsigned split) {                                                \
-        gemv<R, MODE, true>(x, nw, eps, w, y, rows, in, out, split);                                     \
+             unsigned in, unsigned out, unsigned split, unsigned early) {                                \
+        gemv<R, MODE, true>(x, nw, eps, w, y, rows, in, out, split, early);                              \
     }
 #define GEMV_RESIDUAL_KERNEL(NAME, R)                                                                   \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                                       \
         NAME(const bf16_t* x, const bf16_t* w, bf16_t* y, unsigned rows, unsigned in, unsigned out,      \
-             unsigned split) {                                                                           \
-        gemv<R, RESIDUAL, false>(x, nullptr, 0.f, w, y, rows, in, out, split);                           \
+             unsigned split, unsigned early) {                                                           \
+        gemv<R, RESIDUAL, false>(x, nullptr, 0.f, w, y, rows, in, out, split, early);                    \
     }
 
 GEMV_NORM_KERNEL(gemv_norm_r1, 1, PLAIN)

@@ -112,7 +112,7 @@ __device__ __forceinline__ void rope_pair(float x1, float x2, float c, float sn,
 
 #define MAX_GROUP 8
 #define MAX_HD 128
-#define ATTN_WARPS 4
+#define ATTN_WARPS 4 // warps per block of the split attention, but for the *_w8 kernels (8)
 #define ATTN_SPLITS 16
 
 // Split-K decode attention (as flash-decoding): block (kv head, row, split z) handles one slice of
@@ -132,9 +132,9 @@ __device__ __forceinline__ void rope_pair(float x1, float x2, float c, float sn,
 // frequencies; partial[batch][kv_heads][ATTN_SPLITS][group * (hd + 2)]; counters[batch][kv_heads]
 // (zero between launches). Slot 0xffffffff marks an inactive row (zero output); any other slot
 // >= slots or a position >= max_seq writes nothing to the cache and NaN to the row's output.
-// Block: ATTN_WARPS * 32 threads; grid (kv_heads, batch, S). The launcher keeps batch <= 65535
+// Block: W * 32 threads (W = ATTN_WARPS, or 8 for the *_w8 kernels); grid (kv_heads, batch, S). The launcher keeps batch <= 65535
 // (gridDim.y), kv_heads <= 2^31 - 1 and max_seq <= 2^31 - 1, so the 32-bit position arithmetic
-// below (len + S - 1, t += ATTN_WARPS * 32) cannot wrap; buffer offsets are 64-bit.
+// below (len + S - 1, t += W * 32) cannot wrap; buffer offsets are 64-bit.
 //
 // APPENDED (chunked prefill): the row's key and value are already in the cache at (slot, pos),
 // written by `rope_append` in an earlier launch. The kernel then appends nothing and reads
@@ -147,18 +147,18 @@ __device__ __forceinline__ void rope_pair(float x1, float x2, float c, float sn,
 // A short row then pays no cross-block combine (S_row == 1) or a small one, while a long row
 // still spreads over the whole grid. Every block of a (row, head) reads the same positions[b],
 // so they agree on S_row.
-template <unsigned G, unsigned HD, bool APPENDED>
+template <unsigned G, unsigned HD, bool APPENDED, unsigned W>
 __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache,
                                                const unsigned* slots, const unsigned* positions,
                                                const float* inv_freq, bf16_t* out, float* partial,
                                                unsigned* counters, AttnShape s, unsigned split_min) {
     __shared__ __align__(16) float q_s[G][HD];
     __shared__ float kn_s[HD], vn_s[HD];
-    __shared__ float m_s[ATTN_WARPS][G];
-    __shared__ float l_s[ATTN_WARPS][G];
-    // Each warp's tile of values during the position loop ([ATTN_WARPS][32][HD] bf16), then
-    // (after a barrier) the warps' accumulators ([ATTN_WARPS][G][HD] f32).
-    constexpr unsigned VT_BYTES = ATTN_WARPS * 32 * HD * 2, ACC_BYTES = ATTN_WARPS * G * HD * 4;
+    __shared__ float m_s[W][G];
+    __shared__ float l_s[W][G];
+    // Each warp's tile of values during the position loop ([W][32][HD] bf16), then (after a
+    // barrier) the warps' accumulators ([W][G][HD] f32).
+    constexpr unsigned VT_BYTES = W * 32 * HD * 2, ACC_BYTES = W * G * HD * 4;
     __shared__ __align__(16) unsigned char tile_s[VT_BYTES > ACC_BYTES ? VT_BYTES : ACC_BYTES];
     auto acc_s = (float (*)[G][HD])tile_s;
     __shared__ bool last_s;
@@ -229,7 +229,7 @@ __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cach
     const bf16_t* kc = k_cache + head_base;
     const bf16_t* vc = v_cache + head_base;
     bf16_t(*vt)[HD] = (bf16_t(*)[HD])tile_s + warp * 32; // this warp's [32][HD]
-    for (unsigned t = lo + warp * 32; t < hi; t += ATTN_WARPS * 32) {
+    for (unsigned t = lo + warp * 32; t < hi; t += W * 32) {
         // Lane i takes position t + i (every tile has at least lane 0's position): its key and
         // value rows in one round of 16-byte loads; the values go to the warp's tile.
         unsigned p = t + lane;
@@ -322,9 +322,9 @@ __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cach
     for (unsigned idx = threadIdx.x; idx < group * hd; idx += blockDim.x) {
         unsigned g = idx / hd, d = idx % hd;
         float mx = -INFINITY;
-        for (unsigned w = 0; w < ATTN_WARPS; ++w) mx = fmaxf(mx, m_s[w][g]);
+        for (unsigned w = 0; w < W; ++w) mx = fmaxf(mx, m_s[w][g]);
         float num = 0.f, den = 0.f;
-        for (unsigned w = 0; w < ATTN_WARPS; ++w) {
+        for (unsigned w = 0; w < W; ++w) {
             if (m_s[w][g] == -INFINITY) continue; // this warp saw no position
             float f = __expf(m_s[w][g] - mx);
             num += f * acc_s[w][g][d];
@@ -377,19 +377,22 @@ __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cach
 
 // The instantiations: any shape within the limits, and the Llama 3.2 one (group <= 4, head_dim
 // <= 64) with half the registers.
-#define ROPE_ATTENTION_KERNEL(NAME, G, HD, APPENDED)                                                     \
-    extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32)                                       \
+#define ROPE_ATTENTION_KERNEL(NAME, G, HD, APPENDED, W)                                                  \
+    extern "C" __global__ void __launch_bounds__(W * 32)                                                \
         NAME(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, const unsigned* slots,                 \
              const unsigned* positions, const float* inv_freq, bf16_t* out, float* partial,             \
              unsigned* counters, AttnShape s, unsigned split_min) {                                      \
-        rope_attention<G, HD, APPENDED>(qkv, k_cache, v_cache, slots, positions, inv_freq, out, partial, \
-                                        counters, s, split_min);                                         \
+        rope_attention<G, HD, APPENDED, W>(qkv, k_cache, v_cache, slots, positions, inv_freq, out,       \
+                                           partial, counters, s, split_min);                             \
     }
-ROPE_ATTENTION_KERNEL(rope_attention_bf16, MAX_GROUP, MAX_HD, false)
-ROPE_ATTENTION_KERNEL(rope_attention_g4_hd64_bf16, 4, 64, false)
+ROPE_ATTENTION_KERNEL(rope_attention_bf16, MAX_GROUP, MAX_HD, false, ATTN_WARPS)
+ROPE_ATTENTION_KERNEL(rope_attention_g4_hd64_bf16, 4, 64, false, ATTN_WARPS)
+// Eight warps a block: one round of 256 positions, so a context of up to 256 positions needs no
+// split and no cross-block combine.
+ROPE_ATTENTION_KERNEL(rope_attention_g4_hd64_w8_bf16, 4, 64, false, 8)
 // The cached variants (chunked prefill): the keys and values already appended by rope_append.
-ROPE_ATTENTION_KERNEL(attention_cached_bf16, MAX_GROUP, MAX_HD, true)
-ROPE_ATTENTION_KERNEL(attention_cached_g4_hd64_bf16, 4, 64, true)
+ROPE_ATTENTION_KERNEL(attention_cached_bf16, MAX_GROUP, MAX_HD, true, ATTN_WARPS)
+ROPE_ATTENTION_KERNEL(attention_cached_g4_hd64_bf16, 4, 64, true, ATTN_WARPS)
 
 // Greedy argmax in two launches. A (logit, index) pair is packed into 64 bits so that the larger
 // logit wins and, between equal logits, the smaller index: (orderable float bits << 32) |

@@ -49,11 +49,18 @@ pub const MAX_NORM_HIDDEN: usize = 8192;
 pub const ARGMAX_SPLIT: usize = 64;
 /// Warps per attention block (`ATTN_WARPS`).
 const ATTN_WARPS: u32 = 4;
+/// Warps per block of the wide decode attention (`rope_attention_g4_hd64_w8_bf16`): one round of
+/// 256 positions, so that a context of up to 256 positions needs no split (and no cross-block
+/// combine). It runs where the shape fits (at most 4 query heads per key/value head, `head_dim` <=
+/// 64: the Llama 3.2 models) unless the environment variable `CUDA_ASYNC_ATTN_WARPS` is `4` when
+/// the kernels load (to measure it against the four-warp kernel).
+pub const ATTN_WIDE_WARPS: u32 = 8;
 /// Blocks per (row, key/value head) of the split attention (`ATTN_SPLITS`).
 pub const ATTN_SPLITS: usize = 16;
 /// The fewest positions one split of the attention takes by default: a row of `len` positions
 /// uses `min(grid splits, ceil(len / ATTN_SPLIT_MIN))` of its blocks (one round of the block's
-/// four warps, 32 positions each), so a short context pays no cross-block combine. The
+/// four warps, 32 positions each; twice as many, one round of its eight, for the wide kernel
+/// [`ATTN_WIDE_WARPS`]), so a short context pays no cross-block combine. The
 /// environment variable `CUDA_ASYNC_ATTN_SPLIT_MIN` (a positive integer, read when the kernels
 /// load on a device) overrides it, to measure the policy (`bench-decode` records it); `1` gives
 /// the policy of earlier builds (every block of the grid takes a slice).
@@ -234,14 +241,19 @@ pub struct LlamaKernels {
     pub(crate) device: Device,
     pub(crate) max_blocks: u32,
     sms: u32,
-    /// Positions per attention split at least ([`ATTN_SPLIT_MIN`] or its override).
-    split_min: u32,
+    /// Positions per attention split at least, when `CUDA_ASYNC_ATTN_SPLIT_MIN` sets it (else
+    /// one round of the kernel's warps).
+    split_min: Option<u32>,
+    /// Whether the decode attention uses the wide kernel where the shape fits.
+    wide: bool,
     embed: Function,
     rmsnorm: Function,
     silu_mul: Function,
     attention: Function,
     /// The same kernel compiled for `group <= 4`, `head_dim <= 64` (half the registers).
     attention_small: Function,
+    /// The same with eight warps a block ([`ATTN_WIDE_WARPS`]).
+    attention_wide: Function,
     /// The attention over keys and values already in the cache (`APPENDED`), both builds.
     attention_cached: Function,
     attention_cached_small: Function,
@@ -269,11 +281,13 @@ impl LlamaKernels {
                 max_blocks: device.multiprocessor_count()?.saturating_mul(8).max(1),
                 sms: device.multiprocessor_count()?.max(1),
                 split_min: attention_split_min(),
+                wide: std::env::var("CUDA_ASYNC_ATTN_WARPS").map_or(true, |v| v.trim() != "4"),
                 embed: m.function("embed_bf16")?,
                 rmsnorm: m.function("rmsnorm_bf16")?,
                 silu_mul: m.function("silu_mul_bf16")?,
                 attention: m.function("rope_attention_bf16")?,
                 attention_small: m.function("rope_attention_g4_hd64_bf16")?,
+                attention_wide: m.function("rope_attention_g4_hd64_w8_bf16")?,
                 attention_cached: m.function("attention_cached_bf16")?,
                 attention_cached_small: m.function("attention_cached_g4_hd64_bf16")?,
                 attention_tiled: m.function("attention_tiled_g4_hd64_bf16")?,
@@ -286,8 +300,9 @@ impl LlamaKernels {
         })
     }
 
-    /// The fewest positions per attention split these kernels use: [`ATTN_SPLIT_MIN`], or the
-    /// value of `CUDA_ASYNC_ATTN_SPLIT_MIN` when the kernels loaded.
+    /// The fewest positions per split of the decode attention ([`LlamaKernels::rope_attention`])
+    /// for the Llama 3.2 shapes: one round of the kernel's warps ([`ATTN_SPLIT_MIN`], twice that
+    /// with the wide kernel), or the value of `CUDA_ASYNC_ATTN_SPLIT_MIN` when the kernels loaded.
     ///
     /// ```no_run
     /// # fn main() -> cuda_core::Result<()> {
@@ -296,7 +311,24 @@ impl LlamaKernels {
     /// # Ok(()) }
     /// ```
     pub fn attention_split_min(&self) -> u32 {
-        self.split_min
+        self.split_min.unwrap_or(if self.wide { 32 * ATTN_WIDE_WARPS } else { ATTN_SPLIT_MIN })
+    }
+
+    /// Warps per block of the decode attention for the Llama 3.2 shapes: [`ATTN_WIDE_WARPS`], or 4
+    /// when `CUDA_ASYNC_ATTN_WARPS` was `4` as the kernels loaded.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// let dev = cuda_core::Device::new(0)?;
+    /// assert!([4, 8].contains(&kernels::llama::LlamaKernels::get(&dev)?.attention_warps()));
+    /// # Ok(()) }
+    /// ```
+    pub fn attention_warps(&self) -> u32 {
+        if self.wide {
+            ATTN_WIDE_WARPS
+        } else {
+            ATTN_WARPS
+        }
     }
 
     pub(crate) fn same_device(
@@ -586,23 +618,26 @@ impl LlamaKernels {
         // its position, which only the device knows at a graph's replay).
         let blocks = shape.kv_heads as usize * batch;
         let splits = (2 * self.sms as usize).div_ceil(blocks).clamp(1, ATTN_SPLITS) as u32;
-        let cfg = LaunchConfig {
-            grid: (shape.kv_heads, shape.batch, splits),
-            block: (ATTN_WARPS * 32, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // The kernel compiled for the Llama 3.2 group and head size, where the shape fits it.
         let small = shape.heads / shape.kv_heads <= 4 && shape.head_dim <= 64;
-        let f = match (appended, small) {
-            (false, true) => &self.attention_small,
-            (false, false) => &self.attention,
-            (true, true) => &self.attention_cached_small,
-            (true, false) => &self.attention_cached,
+        let (f, warps) = match (appended, small) {
+            (false, true) if self.wide => (&self.attention_wide, ATTN_WIDE_WARPS),
+            (false, true) => (&self.attention_small, ATTN_WARPS),
+            (false, false) => (&self.attention, ATTN_WARPS),
+            (true, true) => (&self.attention_cached_small, ATTN_WARPS),
+            (true, false) => (&self.attention_cached, ATTN_WARPS),
         };
-        // SAFETY: both kernels match `rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cache, bf16_t*
+        let split_min = self.split_min.unwrap_or(32 * warps);
+        let cfg = LaunchConfig {
+            grid: (shape.kv_heads, shape.batch, splits),
+            block: (warps * 32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: every one of these kernels matches `rope_attention_bf16(const bf16_t* qkv, bf16_t* k_cache, bf16_t*
         // v_cache, const unsigned* slots, const unsigned* positions, const float* inv_freq,
         // bf16_t* out, float* partial, unsigned* counters, AttnShape, unsigned split_min)` (any
-        // split_min is valid: the kernel takes 0 as 1); every length was checked
+        // split_min is valid: the kernel takes 0 as 1), launched with `warps * 32` threads, the W
+        // it was compiled for (its `m_s`/`l_s` and position loop assume blockDim.x == W * 32); every length was checked
         // against `shape` above, and the kernel checks slots[b] < slots and positions[b] < max_seq
         // before touching the caches. Blocks of one (row, head) share only their own slice of
         // `partial` and counter (fenced, combined by the last block, which resets the counter to
@@ -615,19 +650,7 @@ impl LlamaKernels {
             f.launch_overlapped(
                 s,
                 cfg,
-                (
-                    qkv,
-                    k_cache,
-                    v_cache,
-                    slots,
-                    positions,
-                    inv_freq,
-                    out,
-                    partial,
-                    counters,
-                    shape,
-                    self.split_min,
-                ),
+                (qkv, k_cache, v_cache, slots, positions, inv_freq, out, partial, counters, shape, split_min),
             )
         }
     }
@@ -714,14 +737,13 @@ pub fn rmsnorm_config(rows: usize) -> LaunchConfig {
     LaunchConfig { grid: (blocks, 1, 1), block: (256, 1, 1), shared_mem_bytes: 0 }
 }
 
-/// [`ATTN_SPLIT_MIN`], or a positive `CUDA_ASYNC_ATTN_SPLIT_MIN` (any other value is ignored:
-/// the policy only moves work between blocks, every value gives correct results).
-fn attention_split_min() -> u32 {
+/// A positive `CUDA_ASYNC_ATTN_SPLIT_MIN`, if set (any other value is ignored: the policy only
+/// moves work between blocks, every value gives correct results).
+fn attention_split_min() -> Option<u32> {
     std::env::var("CUDA_ASYNC_ATTN_SPLIT_MIN")
         .ok()
         .and_then(|v| v.trim().parse::<u32>().ok())
         .filter(|&n| n >= 1)
-        .unwrap_or(ATTN_SPLIT_MIN)
 }
 
 #[cfg(test)]

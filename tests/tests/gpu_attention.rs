@@ -144,9 +144,10 @@ fn check(shape: AttnShape, positions: &[u32]) -> TestResult {
 }
 
 /// Few rows: many splits per (row, head), combined by the last block through `partial`. Each
-/// row uses as many of the grid's splits as give every one `attention_split_min` positions (128
-/// by default): here 1 (positions 0 and 37: no combine), 3 (299) and all 16 (2099) in one launch,
-/// so blocks of one row return early while those of another combine.
+/// row uses as many of the grid's splits as give every one `attention_split_min` positions (256
+/// with the default eight-warp kernel, 128 with four warps): here 1 (positions 0 and 37: no
+/// combine), 2 or 3 (299) and 9 or 16 (2099) in one launch, so blocks of one row return early
+/// while those of another combine.
 fn split_rows_match_host() -> TestResult {
     let shape =
         AttnShape { batch: 4, heads: 8, kv_heads: 2, head_dim: 64, slots: 4, max_seq: 2100, scale: 0.125 };

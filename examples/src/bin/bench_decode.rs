@@ -342,7 +342,9 @@ fn main() -> Result<()> {
     m.capture_all()?;
     // The attention's split policy (CUDA_ASYNC_ATTN_SPLIT_MIN overrides the default).
     let split_min = kernels::llama::LlamaKernels::get(&dev)?.attention_split_min();
-    println!("attention: at least {split_min} positions per split");
+    let attn_warps = kernels::llama::LlamaKernels::get(&dev)?.attention_warps();
+    let preload = kernels::gemv::Gemv::get(&dev)?.preloads();
+    println!("attention: {attn_warps} warps a block, at least {split_min} positions per split; products load weights early: {preload}");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     if a.profile {
         for &b in &a.batches {
@@ -559,7 +561,7 @@ fn main() -> Result<()> {
         "awaited_multi_thread_ms": aw_mt, "await_multi_thread_vs_blocking_us": (aw_mt - bl) * 1e3,
         "awaited_no_early_wake_ms": aw_late, "await_no_early_wake_vs_blocking_us": (aw_late - bl) * 1e3,
         "awaited_steps": awaited_steps, "early_wakes": woken, "early_spin_misses": missed,
-        "blocking_cpu_share": cpu_bl, "awaited_cpu_share": cpu_aw, "awaited_no_early_wake_cpu_share": cpu_late, "fused_small_batch": !a.no_fused, "attention_split_min": split_min, "blocking_ms": bl, "awaited_ms": aw, "torch": torch,
+        "blocking_cpu_share": cpu_bl, "awaited_cpu_share": cpu_aw, "awaited_no_early_wake_cpu_share": cpu_late, "fused_small_batch": !a.no_fused, "attention_split_min": split_min, "attention_warps": attn_warps, "gemv_preload": preload, "blocking_ms": bl, "awaited_ms": aw, "torch": torch,
         "gpt_fast": gpt_fast, "ttft": ttft_ms, "prefill_buckets": prefill_buckets, "prefill_vs_decode": prefill_check,
     });
     if let Some(p) = &a.json {

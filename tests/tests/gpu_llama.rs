@@ -631,6 +631,45 @@ fn cancelled_step_keeps_slots_intact() -> TestResult {
 /// are not compiled sizes, input widths up to the shared-memory limit. Outputs start as NaN
 /// (residual outputs as random values that the result must include). Shapes the kernels cannot
 /// take are refused.
+/// A plain product whose weights the product queued just ahead of it writes (safe code may chain
+/// them so) must read them as written: its launch overlaps that product (programmatic dependent
+/// launch), so it may load nothing before its wait. Product A (a norm product, which writes
+/// without accumulating) writes B's whole weight matrix (NaN until then); B must equal the host's
+/// product over A's output, 20 times over.
+fn products_wait_for_weights_written_ahead() -> TestResult {
+    use kernels::gemv::{Gemv, GemvShape};
+    let s = stream()?;
+    let g = Gemv::get(s.device())?;
+    let (in_a, in_b, out_b) = (512usize, 2048usize, 64usize);
+    let out_a = in_b * out_b; // A's output is B's weight: 131,072 values
+    let x_a = DeviceBuffer::from_host(&s, &vec![bf16::ONE; in_a])?;
+    let nw_a = DeviceBuffer::from_host(&s, &vec![bf16::ONE; in_a])?;
+    let w_a: Vec<bf16> =
+        (0..out_a * in_a).map(|i| bf16::from_f32(((i * 7919 % 61) as f32 - 30.0) / 4096.0)).collect();
+    let w_a = DeviceBuffer::from_host(&s, &w_a)?;
+    let x_b: Vec<bf16> = (0..in_b).map(|i| bf16::from_f32(((i * 31 % 17) as f32 - 8.0) / 8.0)).collect();
+    let xb_f: Vec<f64> = x_b.iter().map(|v| v.to_f64()).collect();
+    let x_b = DeviceBuffer::from_host(&s, &x_b)?;
+    for round in 0..20 {
+        let mut w_b = DeviceBuffer::from_host(&s, &vec![bf16::NAN; out_a])?;
+        let mut y_b = DeviceBuffer::from_host(&s, &vec![bf16::ZERO; out_b])?;
+        s.synchronize()?;
+        let n = RmsNorm { weight: &nw_a, eps: 1e-5 }; // x_a and its norm weight are ones: RMSNorm(x_a) = 1
+        g.norm(&s, &x_a, n, &w_a, &mut w_b, GemvShape { rows: 1, in_dim: in_a, out_dim: out_a })?;
+        g.residual(&s, &x_b, &w_b, &mut y_b, GemvShape { rows: 1, in_dim: in_b, out_dim: out_b })?;
+        let (wb, yb) = (w_b.to_vec()?, y_b.to_vec()?);
+        for (o, &got) in yb.iter().enumerate() {
+            let want: f64 = (0..in_b).map(|i| wb[o * in_b + i].to_f64() * xb_f[i]).sum();
+            let want = bf16::from_f64(bf16::from_f64(want).to_f64()).to_f64();
+            ensure(
+                got.to_f64().is_finite() && (got.to_f64() - want).abs() <= 1.5e-2 * want.abs().max(1.0),
+                format!("round {round}: output {o} is {got}, the product over A's output is {want}"),
+            )?;
+        }
+    }
+    Ok(())
+}
+
 fn fused_products_match_host() -> TestResult {
     use cuda_async_tests::{assert_close, rng};
     use kernels::gemv::{Gemv, GemvShape};
@@ -755,8 +794,40 @@ fn fused_products_match_host() -> TestResult {
         let mut y = DeviceBuffer::from_host(&s, &y0)?;
         g.residual(&s, &dx, &dw1, &mut y, GemvShape { rows, in_dim, out_dim: out })?;
         let y0f = f(&y0);
-        assert_close(&f(&y.to_vec()?), &each(&|r, o| bf(y0f[r * out + o] + bf(dot(&xf, r, o)))), tol)
+        let plain = y.to_vec()?;
+        assert_close(&f(&plain), &each(&|r, o| bf(y0f[r * out + o] + bf(dot(&xf, r, o)))), tol)
             .map_err(|e| format!("residual, {what}: {e:?}"))?;
+
+        // The same products with early weight loads (what the decode step uses): the same
+        // arithmetic, so bit-equal to the plain ones.
+        // SAFETY: the weights `dw` and `dw1` were uploaded by copies and no kernel writes them.
+        let p = unsafe { g.preloading() };
+        let shape = GemvShape { rows, in_dim, out_dim: out };
+        let mut y = DeviceBuffer::from_host(&s, &y0)?;
+        p.residual(&s, &dx, &dw1, &mut y, shape)?;
+        ensure(y.to_vec()? == plain, format!("preloaded residual differs from the plain one, {what}"))?;
+        let (mut a, mut b) = (
+            DeviceBuffer::from_host(&s, &vec![bf16::NAN; rows * out])?,
+            DeviceBuffer::from_host(&s, &vec![bf16::NAN; rows * out])?,
+        );
+        let n = RmsNorm { weight: &dnw, eps: 1e-5 };
+        g.norm_swiglu(&s, &dx, n, &dw, &mut a, shape)?;
+        p.norm_swiglu(&s, &dx, n, &dw, &mut b, shape)?;
+        ensure(a.to_vec()? == b.to_vec()?, format!("preloaded norm_swiglu differs, {what}"))?;
+        g.norm(&s, &dx, n, &dw1, &mut a, shape)?;
+        p.norm(&s, &dx, n, &dw1, &mut b, shape)?;
+        ensure(a.to_vec()? == b.to_vec()?, format!("preloaded norm differs, {what}"))?;
+        let (mut a, mut b) = (
+            DeviceBuffer::from_host(&s, &vec![f32::NAN; rows * out])?,
+            DeviceBuffer::from_host(&s, &vec![f32::NAN; rows * out])?,
+        );
+        g.norm_f32(&s, &dx, n, &dw1, &mut a, shape)?;
+        p.norm_f32(&s, &dx, n, &dw1, &mut b, shape)?;
+        let (a, b) = (a.to_vec()?, b.to_vec()?);
+        ensure(
+            a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            format!("preloaded norm_f32 differs, {what}"),
+        )?;
     }
     // Refused: too many rows, rows that do not fit shared memory, widths not a multiple of 8.
     let x = DeviceBuffer::from_host(&s, &vec![bf16::ONE; 9 * 4096])?;
@@ -851,6 +922,7 @@ fn main() {
         .gpu("hf_reference_1b_rows12", || hf_reference_1b_rows(12))
         .gpu("hf_reference_1b_rows64", || hf_reference_1b_rows(64))
         .gpu("fused_products_match_host", fused_products_match_host)
+        .gpu("products_wait_for_weights_written_ahead", products_wait_for_weights_written_ahead)
         .gpu("graph_cache_budget_and_padding", graph_cache_budget_and_padding)
         .gpu("refusals", refusals)
         .gpu("kernel_guards", kernel_guards)

@@ -52,8 +52,12 @@ const ATTN_WARPS: u32 = 4;
 /// Warps per block of the wide decode attention (`rope_attention_g4_hd64_w8_bf16`): one round of
 /// 256 positions, so that a context of up to 256 positions needs no split (and no cross-block
 /// combine). It runs where the shape fits (at most 4 query heads per key/value head, `head_dim` <=
-/// 64: the Llama 3.2 models) unless the environment variable `CUDA_ASYNC_ATTN_WARPS` is `4` when
-/// the kernels load (to measure it against the four-warp kernel).
+/// 64: the Llama 3.2 models) and the rows alone do not fill the GPU (the launch splits rows:
+/// fewer than two blocks per multiprocessor), unless the environment variable
+/// `CUDA_ASYNC_ATTN_WARPS` is `4` when the kernels load (to measure it against the four-warp
+/// kernel). Measured on the H100 (`bench-decode`, Llama-3.2-1B shape, context 128–192): 16 rows
+/// 1.575 → 1.539 ms a step, 1 row 1.270 → 1.255 ms; at 64 rows, where the launch does not split,
+/// it was slower (2.007 → 2.153 ms: idle warps holding block slots), so it does not run there.
 pub const ATTN_WIDE_WARPS: u32 = 8;
 /// Blocks per (row, key/value head) of the split attention (`ATTN_SPLITS`).
 pub const ATTN_SPLITS: usize = 16;
@@ -314,8 +318,9 @@ impl LlamaKernels {
         self.split_min.unwrap_or(if self.wide { 32 * ATTN_WIDE_WARPS } else { ATTN_SPLIT_MIN })
     }
 
-    /// Warps per block of the decode attention for the Llama 3.2 shapes: [`ATTN_WIDE_WARPS`], or 4
-    /// when `CUDA_ASYNC_ATTN_WARPS` was `4` as the kernels loaded.
+    /// Warps per block of the decode attention for the Llama 3.2 shapes where a launch splits
+    /// rows: [`ATTN_WIDE_WARPS`], or 4 when `CUDA_ASYNC_ATTN_WARPS` was `4` as the kernels loaded
+    /// (launches that do not split use four warps).
     ///
     /// ```no_run
     /// # fn main() -> cuda_core::Result<()> {
@@ -621,7 +626,7 @@ impl LlamaKernels {
         // The kernel compiled for the Llama 3.2 group and head size, where the shape fits it.
         let small = shape.heads / shape.kv_heads <= 4 && shape.head_dim <= 64;
         let (f, warps) = match (appended, small) {
-            (false, true) if self.wide => (&self.attention_wide, ATTN_WIDE_WARPS),
+            (false, true) if self.wide && splits > 1 => (&self.attention_wide, ATTN_WIDE_WARPS),
             (false, true) => (&self.attention_small, ATTN_WARPS),
             (false, false) => (&self.attention, ATTN_WARPS),
             (true, true) => (&self.attention_cached_small, ATTN_WARPS),

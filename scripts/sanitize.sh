@@ -11,7 +11,9 @@
 #        the log names, to tell such processes apart)
 # Note: racecheck of gpu_graph_build::conditional_while_counts_to_n needs the GPU to itself: while
 # another sanitizer process shares the GPU, the tool's own library faults in that test's first WHILE
-# replay (docs/results/gpu-runs-2026-11-27d.md); alone it is clean.
+# replay (docs/results/gpu-runs-2026-11-27d.md); alone it is clean. Under memcheck beside 7 other
+# sanitizer processes it once hit an illegal address at that replay, with no kernel access reported
+# (docs/results/gpu-runs-2026-11-27e.md, call 4); alone and beside one neighbour it was clean.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 B=${BUNDLE:-.gpu-bundle}

@@ -353,13 +353,14 @@ impl Gemv {
     /// ```
     ///
     /// # Safety
-    /// A launch made through the returned value may start while kernels queued before it on the
-    /// same stream still run: every kernel queued since the stream's last operation that is not
-    /// an overlapped launch (that operation included, when it is a kernel). None of those kernels
-    /// may write a weight (`w`, `w_gate_up`) passed to a product launched through the returned
-    /// value, or the product may read the weight as it was before that write. Other streams'
-    /// work is ordered by events as usual, and the inputs and outputs (`x`, `y`, the norm's
-    /// weight) as for the plain products.
+    /// A launch made through the returned value may start while kernels it depends on still
+    /// run: on every path of its dependencies (the stream's order, and any event wait or stream
+    /// join, e.g. a capture's fork and join), every kernel back to that path's last operation that
+    /// is not an overlapped launch (that operation included, when it is a kernel). None of those
+    /// kernels may write a weight (`w`, `w_gate_up`) passed to a product launched through the
+    /// returned value, or the product may read the weight as it was before that write. Other
+    /// work is ordered as usual, and the inputs and outputs (`x`, `y`, the norm's weight) as for
+    /// the plain products.
     ///
     /// Setting the environment variable `CUDA_ASYNC_GEMV_PRELOAD` to `0` before the kernels load
     /// turns the early loads off (the returned value then launches the plain products), to

@@ -305,8 +305,10 @@ impl LlamaKernels {
     }
 
     /// The fewest positions per split of the decode attention ([`LlamaKernels::rope_attention`])
-    /// for the Llama 3.2 shapes: one round of the kernel's warps ([`ATTN_SPLIT_MIN`], twice that
-    /// with the wide kernel), or the value of `CUDA_ASYNC_ATTN_SPLIT_MIN` when the kernels loaded.
+    /// in a launch that splits rows, for the Llama 3.2 shapes: one round of the kernel's warps
+    /// ([`ATTN_SPLIT_MIN`], twice that with the wide kernel), or the value of
+    /// `CUDA_ASYNC_ATTN_SPLIT_MIN` when the kernels loaded. (Other shapes, and the cached
+    /// attention, use four warps and [`ATTN_SPLIT_MIN`] unless the variable is set.)
     ///
     /// ```no_run
     /// # fn main() -> cuda_core::Result<()> {

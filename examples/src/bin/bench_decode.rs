@@ -344,7 +344,7 @@ fn main() -> Result<()> {
     let split_min = kernels::llama::LlamaKernels::get(&dev)?.attention_split_min();
     let attn_warps = kernels::llama::LlamaKernels::get(&dev)?.attention_warps();
     let preload = kernels::gemv::Gemv::get(&dev)?.preloads();
-    println!("attention: {attn_warps} warps a block, at least {split_min} positions per split; products load weights early: {preload}");
+    println!("attention (launches that split rows): {attn_warps} warps a block, at least {split_min} positions per split; products load weights early: {preload}");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     if a.profile {
         for &b in &a.batches {

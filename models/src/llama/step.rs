@@ -168,15 +168,16 @@ impl DeviceOp for DecodeStep<'_> {
         let norm = |weight| RmsNorm { weight, eps };
         let fused = |in_dim: usize| {
             let g = gemv.filter(|_| Gemv::fits(b, in_dim))?;
-            // SAFETY: `Gemv::preloading`'s contract. A product launched here can overlap only
-            // kernels queued on `s` since its last operation that is not an overlapped launch. The
-            // first kernel of this step, `embed`, is such a launch (`LlamaKernels::embed` launches
-            // plainly), so those kernels are `embed` and this step's later ones: `embed` writes
-            // `buf.h`; the products, the attention, the argmax and the sampler write `buf`'s other
-            // buffers and the KV cache (`kv`). None writes a weight: `w` is borrowed shared for
-            // the whole step, and no kernel of the crate writes through a shared borrow. (A graph
-            // of this step is no different: its first node waits for all earlier work of the
-            // stream it is launched on.)
+            // SAFETY: `Gemv::preloading`'s contract. This step queues its work on `s` alone,
+            // with no event wait or join between its launches, and its first kernel, `embed`, is
+            // not an overlapped launch (`LlamaKernels::embed` launches plainly). So every path of
+            // a product's dependencies reaches `embed` through this step's own kernels, and the
+            // kernels it can overlap are `embed` and those: `embed` writes `buf.h`; the products,
+            // the attention, the cuBLAS GEMMs, RMSNorms and SiLU·up of the unfused widths, the
+            // argmax and the sampler write `buf`'s other buffers and the KV cache (`kv`). None
+            // writes a weight: `w` is borrowed shared for the whole step, and no kernel of the
+            // crate writes through a shared borrow. (A graph of this step is no different: its
+            // first node waits for all earlier work of the stream it is launched on.)
             Some(unsafe { g.preloading() })
         };
         let shape = AttnShape {

@@ -227,13 +227,7 @@ impl Gemv {
         y: &mut DeviceBuffer<bf16>,
         shape: GemvShape,
     ) -> Result<()> {
-        let io = NormIo { x, norm, w, y };
-        self.norm_launch(
-            self.variant(&self.norm, "fused RMSNorm + product", shape.out_dim, Early::NO),
-            s,
-            io,
-            shape,
-        )
+        self.plain().norm(s, x, norm, w, y, shape)
     }
 
     /// `y = RMSNorm(x) · wᵀ` in `f32` (logits): shapes as [`Gemv::norm`].
@@ -249,9 +243,7 @@ impl Gemv {
         y: &mut DeviceBuffer<f32>,
         shape: GemvShape,
     ) -> Result<()> {
-        let io = NormIo { x, norm, w, y };
-        let v = self.variant(&self.norm_f32, "fused RMSNorm + product (f32)", shape.out_dim, Early::NO);
-        self.norm_launch(v, s, io, shape)
+        self.plain().norm_f32(s, x, norm, w, y, shape)
     }
 
     /// SwiGLU after a fused RMSNorm: `[g | u] = bf16(RMSNorm(x) · w_gate_upᵀ)` with
@@ -270,11 +262,7 @@ impl Gemv {
         y: &mut DeviceBuffer<bf16>,
         shape: GemvShape,
     ) -> Result<()> {
-        let w_rows = mul(shape.out_dim, 2)?;
-        let io = NormIo { x, norm, w: w_gate_up, y };
-        let v =
-            self.variant(&self.norm_swiglu, "fused RMSNorm + gate/up product + SwiGLU", w_rows, Early::NO);
-        self.norm_launch(v, s, io, shape)
+        self.plain().norm_swiglu(s, x, norm, w_gate_up, y, shape)
     }
 
     /// `y = bf16(y + bf16(x · wᵀ))` (a product added into the residual stream, rounded as
@@ -291,9 +279,16 @@ impl Gemv {
         y: &mut DeviceBuffer<bf16>,
         shape: GemvShape,
     ) -> Result<()> {
-        self.residual_launch(s, x, w, y, shape, Early::NO)
+        self.plain().residual(s, x, w, y, shape)
     }
 
+    /// The products with the plain order (every load after the wait): what [`Gemv`]'s own
+    /// methods launch.
+    fn plain(&self) -> Preloading<'_> {
+        Preloading { g: self, early: Early::NO }
+    }
+
+    /// The launch of [`Gemv::residual`] (and of [`Preloading`]'s).
     fn residual_launch(
         &self,
         s: &Stream,
@@ -331,8 +326,8 @@ impl Gemv {
 
     /// The same products, each loading its first weights before it waits for the kernel queued
     /// ahead of it (programmatic dependent launch), so that they arrive while that kernel
-    /// finishes: at one row of the Llama-3.2-1B shape this took the 81 products of a decode step
-    /// from 1.029 to 0.959 ms on an H100 (`scripts/dev/gemv_lab.cu`).
+    /// finishes: at one row of the Llama-3.2-1B shape this took a decode step from 1.346 to 1.270
+    /// ms on an H100 (`bench-decode`, `docs/results/bench-decode-ab-p{0,1}-w4-h100.json`).
     ///
     /// ```no_run
     /// use cuda_core::{Device, DeviceBuffer};
@@ -394,18 +389,6 @@ struct NormVariant<'k> {
     early: Early,
 }
 
-impl Gemv {
-    fn variant<'k>(
-        &'k self,
-        kernels: &'k ByRows,
-        during: &'static str,
-        w_rows: usize,
-        early: Early,
-    ) -> NormVariant<'k> {
-        NormVariant { kernels, during, w_rows, early }
-    }
-}
-
 /// Whether a product loads its first weights before its wait for the kernel ahead (the kernels'
 /// `early` argument).
 #[derive(Clone, Copy)]
@@ -424,7 +407,11 @@ pub struct Preloading<'a> {
     early: Early,
 }
 
-impl Preloading<'_> {
+impl<'a> Preloading<'a> {
+    fn variant(&self, kernels: &'a ByRows, during: &'static str, w_rows: usize) -> NormVariant<'a> {
+        NormVariant { kernels, during, w_rows, early: self.early }
+    }
+
     /// [`Gemv::norm`], loading weights early.
     ///
     /// # Errors
@@ -439,8 +426,8 @@ impl Preloading<'_> {
         shape: GemvShape,
     ) -> Result<()> {
         let io = NormIo { x, norm, w, y };
-        let v = self.g.variant(&self.g.norm, "fused RMSNorm + product", shape.out_dim, self.early);
-        self.g.norm_launch(v, s, io, shape)
+        let during = "fused RMSNorm + product";
+        self.g.norm_launch(self.variant(&self.g.norm, during, shape.out_dim), s, io, shape)
     }
 
     /// [`Gemv::norm_f32`], loading weights early.
@@ -458,7 +445,7 @@ impl Preloading<'_> {
     ) -> Result<()> {
         let io = NormIo { x, norm, w, y };
         let during = "fused RMSNorm + product (f32)";
-        self.g.norm_launch(self.g.variant(&self.g.norm_f32, during, shape.out_dim, self.early), s, io, shape)
+        self.g.norm_launch(self.variant(&self.g.norm_f32, during, shape.out_dim), s, io, shape)
     }
 
     /// [`Gemv::norm_swiglu`], loading weights early.
@@ -477,7 +464,7 @@ impl Preloading<'_> {
         let w_rows = mul(shape.out_dim, 2)?;
         let io = NormIo { x, norm, w: w_gate_up, y };
         let during = "fused RMSNorm + gate/up product + SwiGLU";
-        self.g.norm_launch(self.g.variant(&self.g.norm_swiglu, during, w_rows, self.early), s, io, shape)
+        self.g.norm_launch(self.variant(&self.g.norm_swiglu, during, w_rows), s, io, shape)
     }
 
     /// [`Gemv::residual`], loading weights early.

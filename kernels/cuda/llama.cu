@@ -154,6 +154,12 @@ __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cach
                                                unsigned* counters, AttnShape s, unsigned split_min) {
     __shared__ __align__(16) float q_s[G][HD];
     __shared__ float kn_s[HD], vn_s[HD];
+    // The new key's scores against the group's queries, and the new value as a bf16 row: what
+    // the lane that meets position pos copies instead of reading the cache.
+    __shared__ float knd_s[G];
+    __shared__ __align__(16) bf16_t vnb_s[HD];
+    // Each warp's softmax weights of its current tile, [position][head], for the value loop.
+    __shared__ __align__(16) float wt_s[W][32][G];
     __shared__ float m_s[W][G];
     __shared__ float l_s[W][G];
     // Each warp's tile of values during the position loop ([W][32][HD] bf16), then (after a
@@ -191,7 +197,9 @@ __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cach
     // Rotary embedding (Hugging Face's rotate_half convention; cos/sin rounded to bf16 as there).
     for (unsigned i = threadIdx.x; i < half; i += blockDim.x) {
         float ang = (float)pos * inv_freq[i];
-        float c = round_bf(cosf(ang)), sn = round_bf(sinf(ang));
+        float sa, ca;
+        sincosf(ang, &sa, &ca);
+        float c = round_bf(ca), sn = round_bf(sa);
         for (unsigned g = 0; g < group; ++g) {
             const bf16_t* q = row + (size_t)(kvh * group + g) * hd;
             float r1, r2;
@@ -205,7 +213,22 @@ __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cach
     }
     const bf16_t* v = row + ((size_t)s.heads + s.kv_heads) * hd + (size_t)kvh * hd;
     if (!APPENDED)
-        for (unsigned i = threadIdx.x; i < hd; i += blockDim.x) vn_s[i] = bf2f(v[i]);
+        for (unsigned i = threadIdx.x; i < hd; i += blockDim.x) {
+            vn_s[i] = bf2f(v[i]);
+            vnb_s[i] = v[i];
+        }
+    __syncthreads();
+    if (!APPENDED && threadIdx.x < 32) { // warp 0: the new key's scores, lanes over the dims
+        unsigned lane0 = threadIdx.x;
+#pragma unroll
+        for (unsigned g = 0; g < G; ++g) {
+            if (g >= group) break;
+            float d = 0.f;
+            for (unsigned i = lane0; i < hd; i += 32) d += q_s[g][i] * kn_s[i];
+            d = warp_sum(d);
+            if (lane0 == 0) knd_s[g] = d;
+        }
+    }
     __syncthreads();
     if (!APPENDED && z == 0) {
         for (unsigned i = threadIdx.x; i < hd; i += blockDim.x) {
@@ -263,13 +286,16 @@ __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cach
                 }
             }
         } else if (valid) { // the new key and value, from shared memory
-            for (unsigned d = 0; d < hd; ++d) {
-                float kd = kn_s[d];
-                vt[lane][d] = f2bf(vn_s[d]); // exact: vn_s holds bf16 values
 #pragma unroll
-                for (unsigned g = 0; g < G; ++g)
-                    if (g < group) dots[g] += q_s[g][d] * kd;
-            }
+            for (unsigned c = 0; c < HD / 8; ++c)
+                if (c < nvec) ((uint4*)vt[lane])[c] = ((const uint4*)vnb_s)[c];
+#pragma unroll
+            for (unsigned g = 0; g < G; ++g)
+                if (g < group) dots[g] = knd_s[g];
+        } else { // past the slice: a zero row, weighted 0 below
+#pragma unroll
+            for (unsigned c = 0; c < HD / 8; ++c)
+                if (c < nvec) ((uint4*)vt[lane])[c] = make_uint4(0, 0, 0, 0);
         }
         asm volatile("cp.async.wait_all;" ::: "memory");
         __syncwarp();
@@ -287,21 +313,26 @@ __device__ __forceinline__ void rope_attention(const bf16_t* qkv, bf16_t* k_cach
             for (unsigned j = 0; j < HD / 32; ++j) acc[g][j] *= corr;
             m[g] = m_new;
         }
-        // Values: every lane walks the tile's positions in shared memory, owning its dims.
-        unsigned n = min(32u, hi - t);
-        for (unsigned i = 0; i < n; ++i) {
+        // Values: every lane walks the tile's 32 positions in shared memory, owning its dims;
+        // the weights come from shared memory too (positions past the slice: weight 0, zero
+        // row), so the loop has a fixed trip count and unrolls.
+#pragma unroll
+        for (unsigned g = 0; g < G; ++g) wt_s[warp][lane][g] = g < group ? w[g] : 0.f;
+        __syncwarp();
+#pragma unroll 8
+        for (unsigned i = 0; i < 32; ++i) {
             float vv[HD / 32];
 #pragma unroll
             for (unsigned j = 0; j < HD / 32; ++j) vv[j] = j < per_lane ? bf2f(vt[i][lane + 32 * j]) : 0.f;
 #pragma unroll
             for (unsigned g = 0; g < G; ++g) {
                 if (g >= group) break;
-                float wi = __shfl_sync(0xffffffffu, w[g], i);
+                float wi = wt_s[warp][i][g];
 #pragma unroll
                 for (unsigned j = 0; j < HD / 32; ++j) acc[g][j] += wi * vv[j];
             }
         }
-        __syncwarp(); // the tile is read before the next one overwrites it
+        __syncwarp(); // the tile and its weights are read before the next ones overwrite them
     }
     __syncthreads(); // every warp is done with its value tile: the space becomes acc_s
 #pragma unroll

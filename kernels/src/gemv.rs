@@ -29,6 +29,9 @@ use half::bf16;
 
 /// CUDA C source of the products (`bf16.cuh` + `gemv.cu`).
 pub const GEMV_SRC: &str = include_str!("../cuda/gemv.cu");
+/// The tensor-core products for 9 to 64 rows (appended to [`GEMV_SRC`], whose modes and loads it
+/// uses).
+pub const MMA_SRC: &str = include_str!("../cuda/mma.cu");
 
 /// The most rows one launch takes.
 pub const GEMV_MAX_ROWS: usize = 8;
@@ -372,7 +375,7 @@ impl Gemv {
 }
 
 /// The early loads unless `CUDA_ASYNC_GEMV_PRELOAD` is `0`.
-fn preload_setting() -> Early {
+pub(crate) fn preload_setting() -> Early {
     match std::env::var("CUDA_ASYNC_GEMV_PRELOAD") {
         Ok(v) if v.trim() == "0" => Early::NO,
         _ => Early::YES,
@@ -392,10 +395,10 @@ struct NormVariant<'k> {
 /// Whether a product loads its first weights before its wait for the kernel ahead (the kernels'
 /// `early` argument).
 #[derive(Clone, Copy)]
-struct Early(u32);
+pub(crate) struct Early(pub(crate) u32);
 
 impl Early {
-    const NO: Early = Early(0);
+    pub(crate) const NO: Early = Early(0);
     const YES: Early = Early(1);
 }
 

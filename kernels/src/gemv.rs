@@ -29,9 +29,6 @@ use half::bf16;
 
 /// CUDA C source of the products (`bf16.cuh` + `gemv.cu`).
 pub const GEMV_SRC: &str = include_str!("../cuda/gemv.cu");
-/// The tensor-core products for 9 to 64 rows (appended to [`GEMV_SRC`], whose modes and loads it
-/// uses).
-pub const MMA_SRC: &str = include_str!("../cuda/mma.cu");
 
 /// The most rows one launch takes.
 pub const GEMV_MAX_ROWS: usize = 8;
@@ -375,7 +372,7 @@ impl Gemv {
 }
 
 /// The early loads unless `CUDA_ASYNC_GEMV_PRELOAD` is `0`.
-pub(crate) fn preload_setting() -> Early {
+fn preload_setting() -> Early {
     match std::env::var("CUDA_ASYNC_GEMV_PRELOAD") {
         Ok(v) if v.trim() == "0" => Early::NO,
         _ => Early::YES,
@@ -395,10 +392,10 @@ struct NormVariant<'k> {
 /// Whether a product loads its first weights before its wait for the kernel ahead (the kernels'
 /// `early` argument).
 #[derive(Clone, Copy)]
-pub(crate) struct Early(pub(crate) u32);
+struct Early(u32);
 
 impl Early {
-    pub(crate) const NO: Early = Early(0);
+    const NO: Early = Early(0);
     const YES: Early = Early(1);
 }
 

@@ -19,9 +19,8 @@
 //!   (`src/elementwise.rs`), and the fully connected layer [`Kernels::linear`] with its
 //!   [`LinearShape`] (`src/linear.rs`);
 //! - [`ops`]: the same kernels as lazy `cuda-async` operations;
-//! - [`llama`], [`prefill`], [`gemv`], [`mma`], [`sample`]: the bf16 decoder kernels, the
-//!   chunked-prefill kernels, the fused small-batch products, the tensor-core products of batched
-//!   steps and the sampler;
+//! - [`llama`], [`prefill`], [`gemv`], [`sample`]: the bf16 decoder kernels, the chunked-prefill
+//!   kernels, the fused small-batch products and the sampler;
 //! - [`programs`]: the NVRTC programs every loader compiles.
 
 #![warn(missing_docs)]
@@ -31,7 +30,6 @@ mod elementwise;
 pub mod gemv;
 mod linear;
 pub mod llama;
-pub mod mma;
 pub mod ops;
 pub mod prefill;
 pub mod programs;

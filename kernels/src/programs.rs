@@ -9,7 +9,7 @@
 //! assert!(names.contains(&"llama.cu") && names.contains(&"sample.cu"));
 //! ```
 
-use crate::gemv::{GEMV_SRC, MMA_SRC};
+use crate::gemv::GEMV_SRC;
 use crate::llama::{BF16_SRC, LLAMA_SRC, PREFILL_SRC};
 use crate::sample::SAMPLE_SRC;
 use crate::{ELEMENTWISE_SRC, LINEAR_SRC, REDUCE_SRC};
@@ -50,9 +50,9 @@ pub fn llama() -> Program {
     program("llama.cu", Cow::Owned(format!("{BF16_SRC}{LLAMA_SRC}{PREFILL_SRC}")))
 }
 
-/// The fused small-batch bf16 products (up to 8 rows) and the tensor-core ones (9 to 64 rows).
+/// The fused small-batch bf16 products.
 pub fn gemv() -> Program {
-    program("gemv.cu", Cow::Owned(format!("{BF16_SRC}{GEMV_SRC}{MMA_SRC}")))
+    program("gemv.cu", Cow::Owned(format!("{BF16_SRC}{GEMV_SRC}")))
 }
 
 /// The per-row sampler.

@@ -1,9 +1,9 @@
 // mma_lab: the batched decode step's products (16 to 64 rows, Llama-3.2-1B shape, 16 layers of
 // q/k/v, o, gate/up and down products, then the logits product), as cuBLAS GEMMs (what the
 // decoder runs today above 8 rows: cublasGemmEx, bf16 in, f32 compute, SiLU·up a separate kernel)
-// and as the tensor-core kernels of kernels/cuda/mma.cu, each product type alone and all of them,
-// one CUDA graph per configuration, to choose the work split and to know what the kernels buy
-// before the library uses them. A development tool: nothing in the library or its tests uses it.
+// and as the tensor-core kernels of scripts/dev/mma.cu, each product type alone and all of them,
+// one CUDA graph per configuration, to choose the work split and to know what the kernels would
+// buy. A development tool: nothing in the library or its tests uses it.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I kernels/cuda scripts/dev/mma_lab.cu -lcublas -o /tmp/mma_lab
 //   /tmp/mma_lab

@@ -40,11 +40,6 @@ fn entries(program: &str) -> Vec<String> {
         "gemv.cu" => ["gemv_norm", "gemv_norm_f32", "gemv_norm_swiglu", "gemv_residual"]
             .iter()
             .flat_map(|n| [1, 2, 4, 8].map(|r| format!("{n}_r{r}")))
-            .chain(
-                ["mma_plain", "mma_f32", "mma_swiglu", "mma_residual"]
-                    .iter()
-                    .flat_map(|n| [2, 4, 8].map(|t| format!("{n}_n{t}"))),
-            )
             .collect(),
         "sample.cu" => vec!["sample_rows_f32".into()],
         _ => Vec::new(),

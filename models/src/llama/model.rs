@@ -2,11 +2,12 @@
 
 use super::config::LlamaConfig;
 use super::sampling::Sampling;
-use super::step::{DecodeStep, KvCache, Products, StepBuffers};
+use super::step::{DecodeStep, KvCache, StepBuffers};
 use super::weights::{DeviceWeights, HostWeights, LoadError};
 use cuda_async::{value, CudaGraph, DeviceError, DeviceOp, DeviceOpExt, Module, Result};
 use cuda_core::blas::Blas;
 use cuda_core::{DeviceBuffer, PinnedBuffer, Stream};
+use kernels::gemv::Gemv;
 use kernels::llama::{LlamaKernels, INACTIVE};
 use kernels::sample::{SampleParams, Sampler};
 use std::collections::BTreeMap;
@@ -72,10 +73,7 @@ pub struct ModelOptions {
     pub graph_budget_bytes: usize,
     /// Run the products of small buckets ([`kernels::gemv::Gemv::fits`]) as fused launches
     /// (RMSNorm, SwiGLU and residual adds inside the product) instead of cuBLAS GEMMs beside
-    /// separate elementwise launches; with `CUDA_ASYNC_MMA=1` also those of buckets of 9 to 64
-    /// rows, as tensor-core products with the SwiGLU and residual adds fused in
-    /// ([`kernels::mma::Mma`]; measured no faster than cuBLAS there, so off by default). Default
-    /// `true`; turn it off only for comparisons.
+    /// separate elementwise launches. Default `true`; turn it off only for comparisons.
     pub fused_small_batch: bool,
     /// Chunk-size buckets of [`LlamaModel::prefill`], each captured as one graph on first use: a
     /// prefill of `n` tokens (all its pieces together) runs in the smallest bucket `>= n`, the
@@ -194,7 +192,7 @@ pub struct LlamaModel {
     kv: KvCache,
     blas: Blas,
     kernels: &'static LlamaKernels,
-    products: Products,
+    gemv: Option<&'static Gemv>,
     sampler: &'static Sampler,
     stream: Stream,
     opts: ModelOptions,
@@ -267,7 +265,7 @@ impl LlamaModel {
             return Err(DeviceError::shape("LlamaModel::new", "slots and max_seq must fit in 32 bits"));
         }
         let kernels = LlamaKernels::get(stream.device())?;
-        let products = Products::load(stream, opts.fused_small_batch)?;
+        let gemv = if opts.fused_small_batch { Some(Gemv::get(stream.device())?) } else { None };
         let sampler = Sampler::get(stream.device())?;
         let blas = Blas::new(stream)?;
         let kv = KvCache::new(stream, &cfg, opts.slots, opts.max_seq)?;
@@ -280,7 +278,7 @@ impl LlamaModel {
             kv,
             blas,
             kernels,
-            products,
+            gemv,
             sampler,
             stream: stream.clone(),
             opts,
@@ -414,12 +412,6 @@ impl LlamaModel {
             .saturating_mul(c.head_dim.saturating_add(2))
             .saturating_add(1)
             .saturating_mul(c.kv_heads);
-        // The tensor-core products' scratch (per bucket, not per row); a shape they refuse runs
-        // on cuBLAS and needs none.
-        let mma = match self.products.scratch_need(c, batch) {
-            Ok(Some(n)) => n.part.saturating_add(n.counters).saturating_mul(4),
-            _ => 0,
-        };
         [
             activations.saturating_mul(2),
             c.vocab.saturating_add(4).saturating_mul(4),
@@ -430,7 +422,6 @@ impl LlamaModel {
         .into_iter()
         .fold(0usize, usize::saturating_add)
         .saturating_mul(batch)
-        .saturating_add(mma)
     }
 
     /// Captures every decode bucket and then every prefill bucket now (up to the budget), so that
@@ -463,13 +454,13 @@ impl LlamaModel {
                 break;
             }
         }
-        let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, products, sampler, stream, .. } = self;
-        let (products, sampler) = (*products, *sampler);
-        let mut buf = StepBuffers::new(stream, cfg, batch, products)?;
+        let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, gemv, sampler, stream, .. } = self;
+        let (gemv, sampler) = (*gemv, *sampler);
+        let mut buf = StepBuffers::new(stream, cfg, batch)?;
         let dev = stream.device();
         // Warm-up: every row inactive (no cache access); loads cuBLAS's kernels and picks its
         // algorithms outside the capture.
-        DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels, products, sampler }
+        DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut buf, blas, kernels, gemv, sampler }
             .sync_on(stream)?;
         let free_before = dev.memory_info()?.0;
         let t = Instant::now();
@@ -482,7 +473,7 @@ impl LlamaModel {
                 buf: &mut buf,
                 blas,
                 kernels,
-                products,
+                gemv,
                 sampler,
             })?;
             Ok(())
@@ -694,25 +685,14 @@ impl LlamaModel {
         let batch = self.check_rows(rows, None)?;
         self.ensure(batch)?;
         self.begin(rows);
-        let LlamaModel {
-            cfg, weights, inv_freq, kv, blas, kernels, products, sampler, stream, buckets, ..
-        } = self;
+        let LlamaModel { cfg, weights, inv_freq, kv, blas, kernels, gemv, sampler, stream, buckets, .. } =
+            self;
         let b = buckets.get_mut(&batch).ok_or_else(|| misuse("bucket vanished".into()))?;
         b.write_rows(rows, None)?;
         let Bucket { buf, in_tokens, in_slots, in_positions, in_params, .. } = b;
         copy_in(stream, buf, in_tokens, in_slots, in_positions, in_params)?;
-        DecodeStep {
-            cfg,
-            w: weights,
-            inv_freq,
-            kv,
-            buf: &mut b.buf,
-            blas,
-            kernels,
-            products: *products,
-            sampler,
-        }
-        .sync_on(stream)?;
+        DecodeStep { cfg, w: weights, inv_freq, kv, buf: &mut b.buf, blas, kernels, gemv: *gemv, sampler }
+            .sync_on(stream)?;
         b.out_next.copy_from_device_async(stream, &b.buf.next)?;
         let next = b.out_next.as_slice()?[..rows.len()].to_vec();
         self.commit(rows, batch);

@@ -11,7 +11,6 @@ use cuda_core::{DeviceBuffer, Stream};
 use half::bf16;
 use kernels::gemv::{Gemv, GemvShape};
 use kernels::llama::{AttnBuffers, AttnScratch, AttnShape, LlamaKernels, RmsNorm, INACTIVE};
-use kernels::mma::{Mma, MmaKind, MmaPreloading, MmaScratch, ScratchNeed};
 use kernels::sample::{SampleParams, Sampler};
 
 /// The key/value cache of every layer: `[slots][kv_heads][max_seq][head_dim]` per layer.
@@ -77,81 +76,11 @@ pub struct StepBuffers {
     argmax_scratch: DeviceBuffer<u64>,
     attn_partial: DeviceBuffer<f32>,
     attn_counters: DeviceBuffer<u32>,
-    /// The tensor-core products' scratch, where this bucket runs any ([`Products::mma_for`]).
-    mma: Option<MmaScratch>,
-}
-
-/// The product kernels a model runs besides cuBLAS: the fused FMA products up to 8 rows
-/// ([`Gemv`]) and the tensor-core products up to 64 rows ([`Mma`]). A product runs on the first
-/// that fits its row count and input width, else as a cuBLAS GEMM.
-#[derive(Clone, Copy)]
-pub(crate) struct Products {
-    pub gemv: Option<&'static Gemv>,
-    pub mma: Option<&'static Mma>,
-}
-
-impl Products {
-    /// The FMA products on `stream`'s device when `fused`; the tensor-core ones besides only when
-    /// `CUDA_ASYNC_MMA` is `1` (on devices of compute capability 8.0 and newer): measured on the
-    /// H100 they are no faster than cuBLAS at 16 rows and slower at 32 and 64
-    /// (`docs/results/raw/mma-lab-h100-call1.txt`), so cuBLAS stays the default there.
-    pub(crate) fn load(stream: &Stream, fused: bool) -> cuda_core::Result<Products> {
-        if !fused {
-            return Ok(Products { gemv: None, mma: None });
-        }
-        let dev = stream.device();
-        let on = std::env::var("CUDA_ASYNC_MMA").is_ok_and(|v| v.trim() == "1");
-        let mma = if on && dev.compute_capability()?.0 >= 8 { Some(Mma::get(dev)?) } else { None };
-        Ok(Products { gemv: Some(Gemv::get(dev)?), mma })
-    }
-
-    /// The scratch of the tensor-core products a bucket of `batch` rows runs (the larger need of
-    /// any), or `None` where it runs none.
-    pub(crate) fn scratch_need(
-        &self,
-        cfg: &LlamaConfig,
-        batch: usize,
-    ) -> cuda_core::Result<Option<ScratchNeed>> {
-        let shape = |in_dim, out_dim| GemvShape { rows: batch, in_dim, out_dim };
-        let mut need: Option<ScratchNeed> = None;
-        for (kind, sh) in [
-            (MmaKind::Plain, shape(cfg.hidden, cfg.qkv_dim())),
-            (MmaKind::Residual, shape(cfg.attn_dim(), cfg.hidden)),
-            (MmaKind::SwiGlu, shape(cfg.hidden, cfg.intermediate)),
-            (MmaKind::Residual, shape(cfg.intermediate, cfg.hidden)),
-            (MmaKind::F32, shape(cfg.hidden, cfg.vocab)),
-        ] {
-            if let Some(m) = self.mma_for(batch, sh.in_dim) {
-                let n = m.scratch_needed(kind, sh)?;
-                need = Some(need.map_or(n, |o| o.max(n)));
-            }
-        }
-        Ok(need)
-    }
-
-    /// The fused FMA products for `rows` rows of `in_dim` inputs, if they fit.
-    fn gemv_for(&self, rows: usize, in_dim: usize) -> Option<&'static Gemv> {
-        self.gemv.filter(|_| Gemv::fits(rows, in_dim))
-    }
-
-    /// The tensor-core products for `rows` rows of `in_dim` inputs, where the FMA ones do not fit
-    /// and these do.
-    fn mma_for(&self, rows: usize, in_dim: usize) -> Option<&'static Mma> {
-        if self.gemv_for(rows, in_dim).is_some() {
-            return None;
-        }
-        self.mma.filter(|_| Mma::fits(rows, in_dim))
-    }
 }
 
 impl StepBuffers {
     /// Buffers for `batch` rows, every row inactive.
-    pub(crate) fn new(
-        stream: &Stream,
-        cfg: &LlamaConfig,
-        batch: usize,
-        products: Products,
-    ) -> cuda_core::Result<StepBuffers> {
+    pub(crate) fn new(stream: &Stream, cfg: &LlamaConfig, batch: usize) -> cuda_core::Result<StepBuffers> {
         // Every length with checked arithmetic: `batch` comes from the options, unbounded.
         let len = |per_row: Option<usize>, what: &str| {
             per_row.and_then(|n| n.checked_mul(batch)).ok_or_else(|| {
@@ -166,10 +95,7 @@ impl StepBuffers {
             .checked_mul(kernels::llama::ATTN_SPLITS)
             .and_then(|n| n.checked_mul(cfg.heads / cfg.kv_heads))
             .and_then(|n| n.checked_mul(cfg.head_dim.checked_add(2)?));
-        let need = products.scratch_need(cfg, batch)?;
-        let mma = need.map(|n| MmaScratch::new(stream, n)).transpose()?;
         Ok(StepBuffers {
-            mma,
             batch,
             tokens: DeviceBuffer::zeros(stream, batch)?,
             slots: DeviceBuffer::filled(stream, batch, INACTIVE)?,
@@ -203,7 +129,6 @@ impl StepBuffers {
             + self.argmax_scratch.size_bytes()
             + self.attn_partial.size_bytes()
             + self.attn_counters.size_bytes()
-            + self.mma.as_ref().map_or(0, MmaScratch::bytes)
     }
 }
 
@@ -212,13 +137,10 @@ impl StepBuffers {
 /// added into the residual, RMSNorm, the stacked gate/up product, SwiGLU, and the down product
 /// added into the residual.
 ///
-/// With the FMA products (small batches: [`Gemv::fits`]) each product is one fused launch that
-/// also does the RMSNorm before it, the SwiGLU after it or the residual add (5 launches per
-/// layer). With the tensor-core products (9 to 64 rows: [`Products::mma_for`]) the SwiGLU and the
-/// residual adds are fused into the products and the RMSNorms are launches of their own (7 per
-/// layer). Otherwise the products are cuBLAS GEMMs (residual adds as `beta = 1`) beside separate
-/// norm and SwiGLU launches (9 per layer). The choice is made per product, by the row count and
-/// its input width.
+/// With `gemv` (small batches: [`Gemv::fits`]) each product is one fused launch that also does
+/// the RMSNorm before it, the SwiGLU after it or the residual add (5 launches per layer);
+/// otherwise the products are cuBLAS GEMMs (residual adds as `beta = 1`) beside separate norm
+/// and SwiGLU launches (9 per layer). The choice is made per product, by its input width.
 ///
 /// The step ends with the greedy argmax into `buf.next`, then the sampler, which overwrites
 /// `next[r]` for the rows whose `buf.params[r]` asks for sampling ([`Sampler::sample`]).
@@ -230,7 +152,7 @@ pub(crate) struct DecodeStep<'a> {
     pub buf: &'a mut StepBuffers,
     pub blas: &'a Blas,
     pub kernels: &'static LlamaKernels,
-    pub products: Products,
+    pub gemv: Option<&'static Gemv>,
     pub sampler: &'static Sampler,
 }
 
@@ -238,14 +160,14 @@ impl DeviceOp for DecodeStep<'_> {
     type Output = ();
 
     fn execute(self, ctx: &ExecutionContext<'_>) -> Result<()> {
-        let DecodeStep { cfg, w, inv_freq, kv, buf, blas, kernels: k, products, sampler } = self;
+        let DecodeStep { cfg, w, inv_freq, kv, buf, blas, kernels: k, gemv, sampler } = self;
         let s = ctx.stream();
         let (b, h, eps) = (buf.batch, cfg.hidden, cfg.rms_eps as f32);
         let lin = |in_dim, out_dim, accumulate| Linear { rows: b, in_dim, out_dim, accumulate };
         let gemv_shape = |in_dim, out_dim| GemvShape { rows: b, in_dim, out_dim };
         let norm = |weight| RmsNorm { weight, eps };
         let fused = |in_dim: usize| {
-            let g = products.gemv_for(b, in_dim)?;
+            let g = gemv.filter(|_| Gemv::fits(b, in_dim))?;
             // SAFETY: `Gemv::preloading`'s contract. This step queues its work on `s` alone,
             // with no event wait or join between its launches, and its first kernel, `embed`, is
             // not an overlapped launch (`LlamaKernels::embed` launches plainly). So every path of
@@ -257,13 +179,6 @@ impl DeviceOp for DecodeStep<'_> {
             // crate writes through a shared borrow. (A graph of this step is no different: its
             // first node waits for all earlier work of the stream it is launched on.)
             Some(unsafe { g.preloading() })
-        };
-        let tensor = |in_dim: usize| -> Option<MmaPreloading<'static>> {
-            let m = products.mma_for(b, in_dim)?;
-            // SAFETY: `Mma::preloading`'s contract is `Gemv::preloading`'s, met by this step as
-            // argued above (the tensor-core products are among "the products", and write `buf`'s
-            // buffers and their scratch `buf.mma`, never a weight).
-            Some(unsafe { m.preloading() })
         };
         let shape = AttnShape {
             batch: b as u32,
@@ -278,9 +193,6 @@ impl DeviceOp for DecodeStep<'_> {
         for (l, lw) in w.layers.iter().enumerate() {
             if let Some(g) = fused(h) {
                 g.norm(s, &buf.h, norm(&lw.attn_norm), &lw.wqkv, &mut buf.qkv, gemv_shape(h, cfg.qkv_dim()))?;
-            } else if let (Some(m), Some(sc)) = (tensor(h), buf.mma.as_mut()) {
-                k.rmsnorm(s, &buf.h, norm(&lw.attn_norm), &mut buf.xn, b, h)?;
-                m.plain(s, &buf.xn, &lw.wqkv, &mut buf.qkv, sc, gemv_shape(h, cfg.qkv_dim()))?;
             } else {
                 k.rmsnorm(s, &buf.h, norm(&lw.attn_norm), &mut buf.xn, b, h)?;
                 blas.linear(s, &buf.xn, &lw.wqkv, &mut buf.qkv, lin(h, cfg.qkv_dim(), false))?;
@@ -302,8 +214,6 @@ impl DeviceOp for DecodeStep<'_> {
             }
             if let Some(g) = fused(cfg.attn_dim()) {
                 g.residual(s, &buf.attn, &lw.wo, &mut buf.h, gemv_shape(cfg.attn_dim(), h))?;
-            } else if let (Some(m), Some(sc)) = (tensor(cfg.attn_dim()), buf.mma.as_mut()) {
-                m.residual(s, &buf.attn, &lw.wo, &mut buf.h, sc, gemv_shape(cfg.attn_dim(), h))?;
             } else {
                 blas.linear(s, &buf.attn, &lw.wo, &mut buf.h, lin(cfg.attn_dim(), h, true))?;
             }
@@ -316,9 +226,6 @@ impl DeviceOp for DecodeStep<'_> {
                     &mut buf.act,
                     gemv_shape(h, cfg.intermediate),
                 )?;
-            } else if let (Some(m), Some(sc)) = (tensor(h), buf.mma.as_mut()) {
-                k.rmsnorm(s, &buf.h, norm(&lw.mlp_norm), &mut buf.xn, b, h)?;
-                m.swiglu(s, &buf.xn, &lw.w_gate_up, &mut buf.act, sc, gemv_shape(h, cfg.intermediate))?;
             } else {
                 k.rmsnorm(s, &buf.h, norm(&lw.mlp_norm), &mut buf.xn, b, h)?;
                 blas.linear(s, &buf.xn, &lw.w_gate_up, &mut buf.gu, lin(h, 2 * cfg.intermediate, false))?;
@@ -326,8 +233,6 @@ impl DeviceOp for DecodeStep<'_> {
             }
             if let Some(g) = fused(cfg.intermediate) {
                 g.residual(s, &buf.act, &lw.w_down, &mut buf.h, gemv_shape(cfg.intermediate, h))?;
-            } else if let (Some(m), Some(sc)) = (tensor(cfg.intermediate), buf.mma.as_mut()) {
-                m.residual(s, &buf.act, &lw.w_down, &mut buf.h, sc, gemv_shape(cfg.intermediate, h))?;
             } else {
                 blas.linear(s, &buf.act, &lw.w_down, &mut buf.h, lin(cfg.intermediate, h, true))?;
             }
@@ -341,9 +246,6 @@ impl DeviceOp for DecodeStep<'_> {
                 &mut buf.logits,
                 gemv_shape(h, cfg.vocab),
             )?;
-        } else if let (Some(m), Some(sc)) = (tensor(h), buf.mma.as_mut()) {
-            k.rmsnorm(s, &buf.h, norm(&w.final_norm), &mut buf.xn, b, h)?;
-            m.f32_out(s, &buf.xn, w.output(), &mut buf.logits, sc, gemv_shape(h, cfg.vocab))?;
         } else {
             k.rmsnorm(s, &buf.h, norm(&w.final_norm), &mut buf.xn, b, h)?;
             blas.linear(s, &buf.xn, w.output(), &mut buf.logits, lin(h, cfg.vocab, false))?;

@@ -1,6 +1,17 @@
 // Tensor-core bf16 products for 9 to 64 rows (decode steps of 16 to 64 sequences), with the
-// neighbouring elementwise work fused into the epilogue (appended to gemv.cu, whose modes, PDL
-// macros and streaming load it shares):
+// neighbouring elementwise work fused into the epilogue: a development kernel of the products lab
+// (scripts/dev/mma_lab.cu, which includes it after kernels/cuda/gemv.cu, whose modes, PDL macros
+// and streaming load it shares). Not part of the library.
+//
+// Status (2026-11-28): measured against cuBLAS in the lab on the H100 it is no faster at 16 rows
+// and 1.4x to 2x slower at 32 and 64 (docs/results/raw/mma-lab-h100-call1.txt), so the decoder
+// keeps cuBLAS above 8 rows. Commit 4cbe5b2 had it in the library (kernels::mma, opt-in) with a GPU
+// suite (tests/tests/gpu_mma.rs there); that suite found a wrong result at 64 rows x 8192 inputs
+// -> 64 SwiGLU outputs with the inputs split over 16 blocks and two tile groups (an output outside
+// the f64 reference's error bound, twice, while the same shape with one tile group passed and the
+// SwiGLU output equalled SwiGLU of the plain product of the same weights in another run). Not
+// root-caused; the library integration was taken out again. Read the split path below with that
+// in mind before reusing it.
 //
 //   mma_plain_nN        y = bf16(x · Wᵀ)                        (q/k/v projection)
 //   mma_f32_nN          y = x · Wᵀ in f32                        (output projection → logits)

@@ -11,7 +11,11 @@
 // the f64 reference's error bound, twice, while the same shape with one tile group passed and the
 // SwiGLU output equalled SwiGLU of the plain product of the same weights in another run). Not
 // root-caused; the library integration was taken out again. Read the split path below with that
-// in mind before reusing it.
+// in mind before reusing it. One lead, unchecked: in that test every product of a shape reads the
+// same x values, and the SwiGLU launch is the first of its shape whose buffers were allocated at
+// other addresses (its scratch is larger); x is loaded through L1 (`ld_x`, not coherent across
+// SMs), so stale L1 lines of a freed buffer at the same address would give exactly sparse wrong
+// sums. Loading x with ld.global.cg, or the test with fresh x per launch, would tell.
 //
 //   mma_plain_nN        y = bf16(x · Wᵀ)                        (q/k/v projection)
 //   mma_f32_nN          y = x · Wᵀ in f32                        (output projection → logits)

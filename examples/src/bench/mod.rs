@@ -80,6 +80,29 @@ pub fn start(
     Ok((dev, Runner::new(report, common.repeats, common.warmup)))
 }
 
+/// A tokio runtime for the comparison benchmarks: a current-thread one, or a multi-thread one of
+/// `workers` threads (tokio's default count for `None`), with timers and without the I/O driver.
+///
+/// The benchmarks do no I/O. Since `llama-load`'s HTTP client (reqwest) turned on tokio's `net`
+/// feature for this package (2026-11-27), `enable_all` also starts the I/O driver: idle workers
+/// then park in `epoll_wait` and are woken through an eventfd, a cost only the framework side of a
+/// comparison pays (the raw side uses no tokio) and one the runs before that date did not have.
+/// Timers only keeps the comparisons like for like with them.
+///
+/// # Errors
+/// The runtime could not be built.
+pub fn runtime(multi_thread: bool, workers: Option<usize>) -> Result<tokio::runtime::Runtime> {
+    let mut b = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    if let (true, Some(n)) = (multi_thread, workers) {
+        b.worker_threads(n);
+    }
+    Ok(b.enable_time().build()?)
+}
+
 /// A generator seeded from the clock (different every run); the seed goes into the report.
 pub fn rng_from_time(report: &mut Report) -> SmallRng {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();

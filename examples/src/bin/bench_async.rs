@@ -67,6 +67,7 @@ fn main() -> Result<()> {
         workers.or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()));
     run.report.meta("tokio_worker_threads", workers);
     run.report.meta("default_policy", "StreamPoolRoundRobin, 4 streams");
+    run.report.meta("tokio_runtime", "timers only, no I/O driver (bench::runtime)");
     let init = tiny::init_values(&mut bench::rng_from_time(&mut run.report));
     let image = TinyImage::compile(&dev)?;
     let func = image.load(&dev)?;
@@ -85,8 +86,8 @@ fn main() -> Result<()> {
     let mut tasks = (0..a.tasks).map(|_| pooled()).collect::<Result<Vec<_>>>()?;
     dev.synchronize()?;
 
-    let rt1 = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let rt_multi = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt1 = bench::runtime(false, None)?;
+    let rt_multi = bench::runtime(true, None)?;
     let n = a.roundtrips;
 
     let case = Case::new("1 sync_on round trip", "us/iter", n, || {

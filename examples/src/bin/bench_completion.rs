@@ -158,6 +158,7 @@ fn main() -> Result<()> {
     let a = Args::parse();
     let (dev, mut run) = bench::start("bench-completion", &a, &a.common, true)?;
     run.report.meta("completion_policy", format!("{:?}", cuda_async::scheduling::completion_policy()));
+    run.report.meta("tokio_runtime", "timers only, no I/O driver (bench::runtime)");
     let init = tiny::init_values(&mut bench::rng_from_time(&mut run.report));
     let image = TinyImage::compile(&dev)?;
     let func = image.load(&dev)?;
@@ -179,7 +180,7 @@ fn main() -> Result<()> {
             Ok(RawLane { stream: s.raw(), counter, launches: 0 })
         })
         .collect::<Result<_>>()?;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = bench::runtime(true, None)?;
     dev.synchronize()?;
 
     use cuda_async::scheduling::{set_await_spin_policy, set_completion_policy, AwaitSpin, CompletionPolicy};
@@ -188,7 +189,7 @@ fn main() -> Result<()> {
     // the framework's CPU time goes: the spin of earlier versions (5 us on every first poll,
     // however many ops are pending), progress marks against events, 1, 2 or 4 engine threads,
     // and a tokio runtime with 4 workers instead of one per core.
-    let rt4 = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
+    let rt4 = bench::runtime(true, Some(4))?;
     let always_spin = AwaitSpin { busy: 0, adaptive_max: Duration::ZERO, ..AwaitSpin::default() };
     let policy =
         |marks: bool, engines: usize| CompletionPolicy { marks, engines, ..CompletionPolicy::default() };
@@ -253,7 +254,7 @@ fn main() -> Result<()> {
     let ns = a.spin_us * 1000;
     let one = LaunchConfig { grid: (1, 1, 1), block: (32, 1, 1), shared_mem_bytes: 0 };
     let (mut fw_spins, mut raw_spins) = (0u64, 0u64);
-    let rt1 = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt1 = bench::runtime(false, None)?;
     let n = a.roundtrips;
     let no_prediction = AwaitSpin { adaptive_max: std::time::Duration::ZERO, ..AwaitSpin::default() };
     for (policy, label) in [(AwaitSpin::default(), ""), (no_prediction, ", no predicted spin (hand-off)")] {

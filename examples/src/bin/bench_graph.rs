@@ -230,10 +230,11 @@ fn main() -> Result<()> {
          the same {WIDE} Tiny captured; speedup eager/graph = {speedup:.2}x (goal >= 2.5x, i.e. ratio <= 0.4)"
     );
     run.report.meta("m4_speedup_eager_over_graph", speedup);
+    run.report.meta("tokio_runtime", "timers only, no I/O driver (bench::runtime)");
     wide.iter_mut().for_each(|c| c.launches += rounds);
 
     // 5. .await of a replay.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = bench::runtime(false, None)?;
     let fw_one = fw_chain(&stream, &func, &mut single, 1)?;
     let raw_one = raw.capture(|| raw.enqueue(SINGLE))?;
     let m = a.roundtrips;

@@ -1,0 +1,37 @@
+# What the session of 2026-11-28 left to measure (docs/results/gpu-runs-2026-11-28.md, "Not run"),
+# as one device call for the next session. Prepare here first:
+#   1. scripts/gpu-bundle on the commit to verify; pack it as .gpu-tar/bundle.tar.xz with
+#      .gpu-tar/commit (as every call script of the day does);
+#   2. the attention mutation: git apply scripts/mutations/attention-new-key-scores.patch, then
+#      cargo test --release -p cuda-async-tests --test gpu_attention --no-run, copy the executable
+#      to .gpu-tar/mut-attn, git checkout kernels/cuda/llama.cu;
+#   3. the four comparison benchmarks at fce9bd2 (before the house move; git worktree add, then
+#      CARGO_TARGET_DIR=... cargo build --release -p cuda-async-examples --bin bench-core --bin
+#      bench-async --bin bench-completion --bin bench-graph), packed as .gpu-tar/premove.tar.xz
+#      holding premove-bin/{bench-*,commit}.
+# Then carry .gpu-tar and run this file. It checks: the mutation fails gpu_attention (the new key's
+# scores are what the lane at the row's position uses); whether timers-only runtimes (6236f17)
+# bring bench-async 4 / 3b back to their pre-move ratios, side by side in both orders; and the WHILE
+# test's memcheck beside 7 sanitizer neighbours, with the device heap checked.
+[ -d .gpu-bundle ] && [ "$(cat .gpu-bundle/.commit 2>/dev/null)" = "$(cat .gpu-tar/commit)" ] || { rm -rf .gpu-bundle; tar -xJf .gpu-tar/bundle.tar.xz && cp .gpu-tar/commit .gpu-bundle/.commit; }
+T0=$SECONDS; L=/tmp/N1; mkdir -p $L; END=$(( $(date +%s) + 570 ))
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; cat .gpu-tar/commit
+export CUDA_ASYNC_REQUIRE_GPU=1
+timeout 60 .gpu-tar/mut-attn --test-threads=1 > $L/mut-attn.log 2>&1; echo "attention mutation exit $? (nonzero expected): $(grep -hE '^test result|element|row' $L/mut-attn.log | head -2 | cut -c1-200)"
+rm -rf /tmp/premove-bin; tar -xJf .gpu-tar/premove.tar.xz -C /tmp
+for order in "before after" "after before"; do
+  for b in bench-async bench-core; do
+    for side in $order; do
+      R=$((END-$(date +%s)-200)); [ $R -gt 10 ] || { echo "$b $side: no time"; continue; }
+      if [ $side = before ]; then bin=/tmp/premove-bin/$b; else bin=.gpu-bundle/bin/$b; fi
+      timeout $((R<90?R:90)) $bin --json $OUT/$b-$side-${order%% *}.json > $L/$b-$side.log 2>&1; echo "$b $side exit $? at $((SECONDS-T0)) s"
+      grep -E "^ *(A|B|3b|4) " $L/$b-$side.log | cut -c1-150
+    done
+  done
+done
+GB=$(ls .gpu-bundle/tests/*--gpu_graph_build); G=$(ls .gpu-bundle/tests/*--gpu_graph)
+san="compute-sanitizer --tool memcheck --check-device-heap yes --report-api-errors explicit --leak-check no --target-processes application-only --print-limit 50"
+for i in 1 2 3 4 5 6 7; do (timeout 150 $san $G --test-threads=1 > $L/neighbour-$i.log 2>&1) & done; sleep 5
+timeout 120 $san $GB --test-threads=1 conditional_while_counts_to_n --exact > $L/while-beside-7.log 2>&1; echo "WHILE memcheck beside 7: rc $? $(grep -hE 'ERROR SUMMARY|^test result|ILLEGAL' $L/while-beside-7.log | head -3 | cut -c1-150 | tr '\n' ' ')"
+wait
+tar -czf $OUT/logs-n1.tgz -C /tmp N1; echo "end at $((SECONDS-T0)) s"

@@ -24,7 +24,7 @@ for order in "before after" "after before"; do
     for side in $order; do
       R=$((END-$(date +%s)-200)); [ $R -gt 10 ] || { echo "$b $side: no time"; continue; }
       if [ $side = before ]; then bin=/tmp/premove-bin/$b; else bin=.gpu-bundle/bin/$b; fi
-      timeout $((R<90?R:90)) $bin --json $OUT/$b-$side-${order%% *}.json > $L/$b-$side.log 2>&1; echo "$b $side exit $? at $((SECONDS-T0)) s"
+      timeout $((R<90?R:90)) $bin --json $L/$b-$side-${order%% *}.json > $L/$b-$side.log 2>&1; echo "$b $side exit $? at $((SECONDS-T0)) s"
       grep -E "^ *(A|B|3b|4) " $L/$b-$side.log | cut -c1-150
     done
   done
@@ -34,4 +34,4 @@ san="compute-sanitizer --tool memcheck --check-device-heap yes --report-api-erro
 for i in 1 2 3 4 5 6 7; do (timeout 150 $san $G --test-threads=1 > $L/neighbour-$i.log 2>&1) & done; sleep 5
 timeout 120 $san $GB --test-threads=1 conditional_while_counts_to_n --exact > $L/while-beside-7.log 2>&1; echo "WHILE memcheck beside 7: rc $? $(grep -hE 'ERROR SUMMARY|^test result|ILLEGAL' $L/while-beside-7.log | head -3 | cut -c1-150 | tr '\n' ' ')"
 wait
-tar -czf $OUT/logs-n1.tgz -C /tmp N1; echo "end at $((SECONDS-T0)) s"
+tar -czf $OUT/logs-n1.tgz -C /tmp N1; echo "end at $((SECONDS-T0)) s"  # the JSONs are in the tarball: a call returns at most 8 files

@@ -121,7 +121,19 @@ impl Device {
     }
 
     /// Makes this device's primary context current on the calling thread if it is not already.
-    /// Every operation of this crate calls it; users never need to.
+    /// Every operation of this crate that creates, allocates, loads or destroys calls it; users
+    /// never need to.
+    ///
+    /// **Not on the paths that only use existing handles:** kernel and graph launches, event
+    /// records, queries and synchronisations, stream waits, queries and synchronisations. The
+    /// driver runs those in the context their handles belong to, whatever is current on the
+    /// thread: measured on driver 580 (`scripts/dev/ctx_probe.cu`: each of these calls on the
+    /// primary context's handles succeeded and did its work with another context current, and with
+    /// none), and pinned by the GPU test
+    /// `gpu_interop::calls_on_handles_run_in_their_context_while_another_is_current`. A driver
+    /// that wanted the current context there would return an error, never run the work elsewhere: a
+    /// handle belongs to exactly one context. Leaving the check out saves a driver call on every
+    /// launch and on each step of the completion engine's sweeps.
     ///
     /// It asks the driver which context is current (one cheap call, a thread-local read in the
     /// driver) every time, trusting no record of its own: other code switches the thread's context

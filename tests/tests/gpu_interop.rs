@@ -302,6 +302,49 @@ fn objects_land_in_our_context_after_cudarc_switches_it() -> TestResult {
     Ok(())
 }
 
+/// Launches, graph replays, event records, queries and waits, and stream synchronisations run on
+/// existing handles, which the driver runs in their own context: `cuda-core` does not bind the
+/// device's context for them (`Device::bind`: that check is on the paths that create, allocate or
+/// destroy). With cudarc's own context current they must still run, give the right results and
+/// leave cudarc's context current. Rounds with ours current first, so that every pooled event and
+/// loaded kernel the last round needs already exists (creating one would bind).
+fn calls_on_handles_run_in_their_context_while_another_is_current() -> TestResult {
+    let d = Device::new(0)?;
+    let (s, s2) = (Stream::new(&d)?, Stream::new(&d)?);
+    let n = 4096;
+    let x = DeviceBuffer::filled(&s, n, 1.5f32)?;
+    let mut y = DeviceBuffer::filled(&s, n, POISON_F32)?;
+    let mut z = DeviceBuffer::filled(&s, n, POISON_F32)?;
+    let ev = cuda_core::Event::new(&d, false)?;
+    let g = ops::scale(&x, 3.0f32, &mut z).graph_on(&s)?;
+    let foreign = CudaContext::new_non_primary(0, 0).map_err(|e| e.to_string())?;
+    let current = || cudarc::driver::result::ctx::get_current().map_err(|e| e.to_string());
+    for round in 0..4 {
+        if round == 3 {
+            foreign.bind_to_thread().map_err(|e| e.to_string())?;
+            ensure(current()? == Some(foreign.cu_ctx()), "cudarc's context is not current")?;
+        }
+        // On another stream than the buffers' home: a cross-stream wait before, a mark after.
+        ops::scale(&x, 2.0f32, &mut y).sync_on(&s2)?;
+        ev.record(&s2)?;
+        s.wait_event(&ev)?;
+        ev.synchronize()?;
+        ensure(ev.query()?, "the recorded event is not complete after its synchronize")?;
+        g.launch().sync_on(&s)?;
+        s.synchronize()?;
+        ensure(s2.query()?, "the stream is not idle after its synchronize")?;
+    }
+    ensure(
+        current()? == Some(foreign.cu_ctx()),
+        "a call on existing handles switched the thread's context (it bound the device's)",
+    )?;
+    ensure(y.to_vec()?.iter().all(|&v| v == 3.0), "the launch with cudarc's context current")?;
+    let zo = g.output().ok_or("no output")?.to_vec()?;
+    ensure(zo.iter().all(|&v| v == 4.5), "the replay with cudarc's context current")?;
+    drop(foreign);
+    Ok(())
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("cudarc_round_trip", cudarc_round_trip)
@@ -314,6 +357,10 @@ fn main() {
         .gpu(
             "objects_land_in_our_context_after_cudarc_switches_it",
             objects_land_in_our_context_after_cudarc_switches_it,
+        )
+        .gpu(
+            "calls_on_handles_run_in_their_context_while_another_is_current",
+            calls_on_handles_run_in_their_context_while_another_is_current,
         );
     s.run()
 }

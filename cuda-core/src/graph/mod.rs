@@ -408,7 +408,8 @@ impl GraphExec {
                 actual: stream.device().ordinal(),
             });
         }
-        self.device.bind()?;
+        // No bind: the launch runs in the exec's and the stream's context (see `Device::bind`);
+        // a pooled event that must be created binds itself.
         let mut st = self.state();
         // A replay may write every allocation it keeps.
         let uses: Vec<(&Arc<Allocation>, Access)> =

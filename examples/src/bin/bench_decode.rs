@@ -82,6 +82,26 @@ struct Args {
     /// graphs); empty skips it.
     #[arg(long, default_value = "128,512,2048", value_delimiter = ',')]
     ttft: Vec<usize>,
+    /// Build the awaited rows' tokio runtimes with timers only (no I/O driver), as the comparison
+    /// benchmarks do, instead of `enable_all` (a server's configuration, the default): an A/B of
+    /// what the I/O driver's epoll park costs an awaited step.
+    #[arg(long)]
+    timers_only: bool,
+}
+
+/// The awaited rows' runtime: `enable_all` (a server's), or timers only with `--timers-only`.
+fn awaited_runtime(timers_only: bool, multi_thread: bool) -> Result<tokio::runtime::Runtime> {
+    if timers_only {
+        return cuda_async_examples::bench::runtime(multi_thread, Some(2));
+    }
+    let mut b = if multi_thread {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(2);
+        b
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    Ok(b.enable_all().build()?)
 }
 
 const HBM_BYTES_PER_S: f64 = 3.35e12;
@@ -345,7 +365,7 @@ fn main() -> Result<()> {
     let attn_warps = kernels::llama::LlamaKernels::get(&dev)?.attention_warps();
     let preload = kernels::gemv::Gemv::get(&dev)?.preloads();
     println!("attention (launches that split rows): {attn_warps} warps a block, at least {split_min} positions per split; products load weights early: {preload}");
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = awaited_runtime(a.timers_only, false)?;
     if a.profile {
         for &b in &a.batches {
             decode(&mut m, &rt, b, a.context, 1, 1, 0)?;
@@ -419,7 +439,7 @@ fn main() -> Result<()> {
     // multi-thread one (block_on drives the step on the calling thread, as a task's poll would),
     // and with the early wake off; the calling thread's CPU time over wall time beside each.
     use cuda_async::scheduling::{await_spin_policy, set_await_spin_policy, AwaitSpin};
-    let rt_mt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt_mt = awaited_runtime(a.timers_only, true)?;
     let spin = await_spin_policy();
     let no_early = AwaitSpin { early_wake: std::time::Duration::ZERO, ..spin };
     let (mut blocking, mut awaited, mut awaited_mt, mut awaited_late) = (vec![], vec![], vec![], vec![]);
@@ -558,6 +578,7 @@ fn main() -> Result<()> {
         "context": a.context, "steps": a.steps, "reps": a.reps, "rows": rows, "buckets": buckets,
         "copy_bytes_per_s": copy_bw, "datasheet_bytes_per_s": HBM_BYTES_PER_S,
         "await_vs_blocking_us": (aw - bl) * 1e3, "os_park_wake_us": wake_us,
+        "tokio_runtime": if a.timers_only { "timers only, no I/O driver" } else { "enable_all (I/O driver and timers)" },
         "awaited_multi_thread_ms": aw_mt, "await_multi_thread_vs_blocking_us": (aw_mt - bl) * 1e3,
         "awaited_no_early_wake_ms": aw_late, "await_no_early_wake_vs_blocking_us": (aw_late - bl) * 1e3,
         "awaited_steps": awaited_steps, "early_wakes": woken, "early_spin_misses": missed,

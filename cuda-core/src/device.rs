@@ -124,8 +124,9 @@ impl Device {
     /// Every operation of this crate that creates, allocates, loads or destroys calls it; users
     /// never need to.
     ///
-    /// **Not on the paths that only use existing handles:** kernel and graph launches, event
-    /// records, queries and synchronisations, stream waits, queries and synchronisations. The
+    /// **Not on the paths that only use existing handles:** kernel and graph launches, kernel
+    /// parameter updates of an executable graph, event records, queries and synchronisations,
+    /// stream waits, queries and synchronisations. The
     /// driver runs those in the context their handles belong to, whatever is current on the
     /// thread: measured on driver 580 (`scripts/dev/ctx_probe.cu`: each of these calls on the
     /// primary context's handles succeeded and did its work with another context current, and with

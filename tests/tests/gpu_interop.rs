@@ -302,8 +302,8 @@ fn objects_land_in_our_context_after_cudarc_switches_it() -> TestResult {
     Ok(())
 }
 
-/// Launches, graph replays, event records, queries and waits, and stream synchronisations run on
-/// existing handles, which the driver runs in their own context: `cuda-core` does not bind the
+/// Launches, graph replays and parameter updates, event records, queries and waits, and stream
+/// synchronisations run on existing handles, which the driver runs in their own context: `cuda-core` does not bind the
 /// device's context for them (`Device::bind`: that check is on the paths that create, allocate or
 /// destroy). With cudarc's own context current they must still run, give the right results and
 /// leave cudarc's context current. Rounds with ours current first, so that every pooled event and
@@ -316,7 +316,8 @@ fn calls_on_handles_run_in_their_context_while_another_is_current() -> TestResul
     let mut y = DeviceBuffer::filled(&s, n, POISON_F32)?;
     let mut z = DeviceBuffer::filled(&s, n, POISON_F32)?;
     let ev = cuda_core::Event::new(&d, false)?;
-    let g = ops::scale(&x, 3.0f32, &mut z).graph_on(&s)?;
+    let g = CudaGraph::scope(&s, |sc| Ok(sc.record_param(ops::scale(&x, 1.0f32, &mut z))?.1))?;
+    let factor = g.output().cloned().ok_or("no parameter handle")?;
     let foreign = CudaContext::new_non_primary(0, 0).map_err(|e| e.to_string())?;
     let current = || cudarc::driver::result::ctx::get_current().map_err(|e| e.to_string());
     for round in 0..4 {
@@ -330,6 +331,7 @@ fn calls_on_handles_run_in_their_context_while_another_is_current() -> TestResul
         s.wait_event(&ev)?;
         ev.synchronize()?;
         ensure(ev.query()?, "the recorded event is not complete after its synchronize")?;
+        g.set_param(&factor, 3.0f32)?;
         g.launch().sync_on(&s)?;
         s.synchronize()?;
         ensure(s2.query()?, "the stream is not idle after its synchronize")?;
@@ -339,8 +341,11 @@ fn calls_on_handles_run_in_their_context_while_another_is_current() -> TestResul
         "a call on existing handles switched the thread's context (it bound the device's)",
     )?;
     ensure(y.to_vec()?.iter().all(|&v| v == 3.0), "the launch with cudarc's context current")?;
-    let zo = g.output().ok_or("no output")?.to_vec()?;
-    ensure(zo.iter().all(|&v| v == 4.5), "the replay with cudarc's context current")?;
+    drop(g);
+    ensure(
+        z.to_vec()?.iter().all(|&v| v == 4.5),
+        "the replay, its factor set with cudarc's context current",
+    )?;
     drop(foreign);
     Ok(())
 }

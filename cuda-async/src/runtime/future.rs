@@ -95,24 +95,6 @@ fn solo_duration(start: Instant, observed: Instant, unused_alarm: Option<Instant
 struct EarlySpin {
     from: Instant,
     until: Instant,
-    /// The progress mark the engine watches, if the op has one: the spin reads it itself (one
-    /// load), so the task sees the end of the work as soon as the GPU writes the mark instead of
-    /// after the engine's next sweep and wake. A reached mark means the work before it succeeded
-    /// (a faulted context never writes it), which is exactly what the engine would conclude, so
-    /// the op resolves `Ok` either way; the engine still completes its own record of the op.
-    mark: Option<cuda_core::ProgressMark>,
-}
-
-impl EarlySpin {
-    /// Spins until `completion` is complete or the mark is reached, but not past `until`.
-    /// Returns whether the work has ended.
-    fn spin(&self, completion: &OpCompletion) -> bool {
-        let ended = || completion.is_complete() || self.mark.is_some_and(|m| m.is_reached());
-        while !ended() && Instant::now() < self.until {
-            std::hint::spin_loop();
-        }
-        ended()
-    }
 }
 
 /// A future that runs an op and resolves to its output once the op's GPU work has completed.
@@ -202,13 +184,9 @@ impl<O: DeviceOp> DeviceFuture<O> {
         }
         // A lone awaiter of an op predicted to outlast the spin: the engine wakes the task
         // shortly before the predicted end, so that its thread is awake when the work finishes.
-        let mark = match &wait {
-            Wait::Mark(m) => Some(*m),
-            Wait::Event(_) => None,
-        };
-        let early = engine.and_then(|_| policy.early_wake_after(others, predicted, budget)).map(|after| {
-            EarlySpin { from: start + after, until: start + after + policy.early_wake * 2, mark }
-        });
+        let early = engine
+            .and_then(|_| policy.early_wake_after(others, predicted, budget))
+            .map(|after| EarlySpin { from: start + after, until: start + after + policy.early_wake * 2 });
         let alarm = early.map(|e| super::engine::Alarm { at: e.from, waker: waker.clone() });
         let completion = OpCompletion::new();
         super::engine::watch(engine, &stream, wait, completion.clone(), alarm);
@@ -239,7 +217,10 @@ impl<O: DeviceOp> Future for DeviceFuture<O> {
             // stretch until the engine sees the work complete, within the window, once.
             match early.take() {
                 Some(window) if Instant::now() >= window.from => {
-                    if !window.spin(completion) {
+                    while !completion.is_complete() && Instant::now() < window.until {
+                        std::hint::spin_loop();
+                    }
+                    if !completion.is_complete() {
                         // Still running: the engine wakes the task (registered above) when done.
                         super::engine::EARLY_SPIN_MISSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         return Poll::Pending;

@@ -521,7 +521,7 @@ impl GraphExec {
                 )))
             }
         }
-        self.device.bind()?;
+        // No bind: the update runs in the executable graph's context (see `Device::bind`).
         let _g = self.state();
         let mut value = value;
         let mut stack = [std::ptr::null_mut::<std::ffi::c_void>(); 16];

@@ -13,7 +13,10 @@
 # another sanitizer process shares the GPU, the tool's own library faults in that test's first WHILE
 # replay (docs/results/gpu-runs-2026-11-27d.md); alone it is clean. Under memcheck beside 7 other
 # sanitizer processes it once hit an illegal address at that replay, with no kernel access reported
-# (docs/results/gpu-runs-2026-11-27e.md, call 4); alone and beside one neighbour it was clean.
+# (docs/results/gpu-runs-2026-11-27e.md, call 4); alone and beside one neighbour it was clean. In
+# the whole suite's process beside 9 other sanitizer processes it passed, and the next test's first
+# synchronize found the context faulted (LAUNCH_FAILED, no access reported; gpu-runs-2026-11-28b.md,
+# call 6). Give gpu_graph_build a sanitizer process and the GPU of its own.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 B=${BUNDLE:-.gpu-bundle}

@@ -128,10 +128,11 @@ impl Device {
     /// parameter updates of an executable graph, event records, queries and synchronisations,
     /// stream waits, queries and synchronisations. The
     /// driver runs those in the context their handles belong to, whatever is current on the
-    /// thread: measured on driver 580 (`scripts/dev/ctx_probe.cu`: each of these calls on the
-    /// primary context's handles succeeded and did its work with another context current, and with
-    /// none), and pinned by the GPU test
-    /// `gpu_interop::calls_on_handles_run_in_their_context_while_another_is_current`. A driver
+    /// thread: measured on driver 580 (`scripts/dev/ctx_probe.cu`: launches, graph launches,
+    /// event and stream calls on the primary context's handles succeeded and did their work with
+    /// another context current, and with none), and pinned, parameter updates included, by the
+    /// GPU test `gpu_interop::calls_on_handles_run_in_their_context_while_another_is_current`
+    /// (cudarc's context current; every result checked; that context still current after). A driver
     /// that wanted the current context there would return an error, never run the work elsewhere: a
     /// handle belongs to exactly one context. Leaving the check out saves a driver call on every
     /// launch and on each step of the completion engine's sweeps.

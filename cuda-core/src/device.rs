@@ -121,21 +121,17 @@ impl Device {
     }
 
     /// Makes this device's primary context current on the calling thread if it is not already.
-    /// Every operation of this crate that creates, allocates, loads or destroys calls it; users
-    /// never need to.
+    /// Every operation of this crate calls it; users never need to.
     ///
-    /// **Not on the paths that only use existing handles:** kernel and graph launches, kernel
-    /// parameter updates of an executable graph, event records, queries and synchronisations,
-    /// stream waits, queries and synchronisations. The
-    /// driver runs those in the context their handles belong to, whatever is current on the
-    /// thread: measured on driver 580 (`scripts/dev/ctx_probe.cu`: launches, graph launches,
-    /// event and stream calls on the primary context's handles succeeded and did their work with
-    /// another context current, and with none), and pinned, parameter updates included, by the
-    /// GPU test `gpu_interop::calls_on_handles_run_in_their_context_while_another_is_current`
-    /// (cudarc's context current; every result checked; that context still current after). A driver
-    /// that wanted the current context there would return an error, never run the work elsewhere: a
-    /// handle belongs to exactly one context. Leaving the check out saves a driver call on every
-    /// launch and on each step of the completion engine's sweeps.
+    /// **Also on the calls that only use existing handles** (launches, graph launches and
+    /// parameter updates, event and stream calls), although the driver runs those in their
+    /// handles' context whatever is current: on driver 580 each of them succeeded and did its work
+    /// with another live context current and with none (`scripts/dev/ctx_probe.cu`; the GPU test
+    /// `gpu_interop::calls_on_handles_run_in_their_context_while_another_is_current`). Left out of
+    /// those paths (tried in `86a4058`), the check saved about 10 ns a call and did not move the
+    /// launch benchmark, while a thread whose current context was destroyed under it (cudarc's safe
+    /// `CudaContext` bound on one thread and dropped on another) is a case nobody measured. With
+    /// the check every call starts from this device's context, as the creating calls must.
     ///
     /// It asks the driver which context is current (one cheap call, a thread-local read in the
     /// driver) every time, trusting no record of its own: other code switches the thread's context

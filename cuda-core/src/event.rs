@@ -188,8 +188,8 @@ impl Event {
     /// recorded work faulted).
     pub fn query(&self) -> Result<bool> {
         self.refuse_if_tagged("querying an event recorded inside a stream capture")?;
-        // SAFETY: live event. No bind: a call on existing handles runs in their context (see
-        // `Device::bind`).
+        self.device.bind()?;
+        // SAFETY: live event.
         unsafe { result::event_query(self.raw) }
     }
 
@@ -204,7 +204,8 @@ impl Event {
 
     /// `cuEventSynchronize` without the tag check (for the crate's private events).
     pub(crate) fn sync_unchecked(&self) -> Result<()> {
-        // SAFETY: live event. No bind (see `Device::bind`).
+        self.device.bind()?;
+        // SAFETY: live event.
         unsafe { result::event_synchronize(self.raw) }
     }
 

@@ -300,8 +300,7 @@ impl Function {
                 // caller guarantees they match the kernel's signature; the stream is live.
                 unsafe { result::launch_kernel(self.raw(), g, b, cfg.shared_mem_bytes, stream.raw(), ptrs) }
             };
-            // No bind: the launch runs in the function's and the stream's context (see
-            // `Device::bind`).
+            self.device().bind()?;
             if homes.iter().flatten().any(|(a, _)| a.home_stream().device() != stream.device()) {
                 return Err(Error::DeviceMismatch {
                     during: "launching a kernel with a buffer of another device",

@@ -408,8 +408,7 @@ impl GraphExec {
                 actual: stream.device().ordinal(),
             });
         }
-        // No bind: the launch runs in the exec's and the stream's context (see `Device::bind`);
-        // a pooled event that must be created binds itself.
+        self.device.bind()?;
         let mut st = self.state();
         // A replay may write every allocation it keeps.
         let uses: Vec<(&Arc<Allocation>, Access)> =
@@ -521,7 +520,7 @@ impl GraphExec {
                 )))
             }
         }
-        // No bind: the update runs in the executable graph's context (see `Device::bind`).
+        self.device.bind()?;
         let _g = self.state();
         let mut value = value;
         let mut stack = [std::ptr::null_mut::<std::ffi::c_void>(); 16];

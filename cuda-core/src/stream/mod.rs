@@ -140,8 +140,8 @@ impl Stream {
 
     /// `cuStreamSynchronize` without the capture check (callers have made it).
     pub(crate) fn sync_unchecked(&self) -> Result<()> {
-        // SAFETY: live stream handle. No bind: a call on existing handles runs in their context
-        // (see `Device::bind`).
+        self.inner.device.bind()?;
+        // SAFETY: live stream handle; context bound.
         unsafe { result::stream_synchronize(self.raw()) }
     }
 
@@ -152,7 +152,8 @@ impl Stream {
     /// capture); a driver error of the work.
     pub fn query(&self) -> Result<bool> {
         state::refuse_if_capturing(&self.lock(), "querying a stream that is being captured")?;
-        // SAFETY: live stream handle. No bind (see `Device::bind`).
+        self.inner.device.bind()?;
+        // SAFETY: live stream handle; context bound.
         unsafe { result::stream_query(self.raw()) }
     }
 
@@ -216,7 +217,8 @@ impl Stream {
 
     /// The raw wait, with the event's tag lock held by the caller.
     fn wait_tag_held(&self, event: &Event) -> Result<()> {
-        // SAFETY: live stream and event handles. No bind (see `Device::bind`).
+        self.inner.device.bind()?;
+        // SAFETY: live stream and event handles; context bound.
         unsafe { result::stream_wait_event(self.raw(), event.raw(), "making a stream wait on an event") }
     }
 }

@@ -18,6 +18,7 @@ impl Event {
     /// thread is capturing `stream`; driver errors.
     pub fn record(&self, stream: &Stream) -> Result<()> {
         self.check_device(stream)?;
+        self.device().bind()?;
         let mut state = stream.lock();
         state.mode()?; // refuses another thread's capture
         self.record_locked(stream)
@@ -41,8 +42,7 @@ impl Event {
     /// fork the capture through it and it is never recycled (`PooledEvent`'s drop).
     pub(crate) fn record_locked(&self, stream: &Stream) -> Result<()> {
         let mut tag = self.lock_tag();
-        // SAFETY: live event and stream of the same context (checked or constructed so). No bind:
-        // the record runs in their context (see `Device::bind`).
+        // SAFETY: live event and stream of the same context (checked or constructed so).
         unsafe { result::event_record(self.raw(), stream.raw()) }?;
         *tag = stream.capture_tag();
         Ok(())

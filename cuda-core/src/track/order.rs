@@ -336,7 +336,8 @@ pub(crate) fn ordered_group<R>(
 /// A private pooled event recorded behind everything queued on `s` so far. The caller holds `s`'s
 /// lock and has checked that it is not being captured.
 pub(crate) fn record(s: &Stream) -> Result<PooledEvent> {
-    let ev = Event::pooled(s.device())?; // binds if it creates one
+    let ev = Event::pooled(s.device())?;
+    s.device().bind()?;
     ev.record_locked(s)?;
     Ok(ev)
 }

@@ -358,6 +358,67 @@ fn calls_on_handles_run_in_their_context_while_another_is_current() -> TestResul
     Ok(())
 }
 
+/// A thread whose current context is destroyed under it: cudarc's safe `CudaContext` (a context
+/// of its own) is made current here, then its last handle is dropped on another thread, which
+/// destroys it (cudarc's drop binds it there first). This thread's current context is then a dead
+/// one. Every call of this crate must still work here: it binds the device's context before
+/// each call (`Device::bind`), whatever the thread had current and whether the driver can still
+/// read it.
+fn calls_after_the_current_context_is_destroyed_elsewhere() -> TestResult {
+    let d = Device::new(0)?;
+    let s = Stream::new(&d)?;
+    let n = 4096;
+    let x = DeviceBuffer::filled(&s, n, 1.5f32)?;
+    let mut y = DeviceBuffer::filled(&s, n, POISON_F32)?;
+    ops::scale(&x, 2.0f32, &mut y).sync_on(&s)?; // the kernel's module is loaded: nothing to create
+    ensure(y.to_vec()?.iter().all(|&v| v == 3.0), "before the switch")?;
+    for call in 0..3 {
+        let foreign = CudaContext::new_non_primary(0, 0).map_err(|e| e.to_string())?;
+        foreign.bind_to_thread().map_err(|e| e.to_string())?;
+        let dead = foreign.cu_ctx();
+        std::thread::spawn(move || drop(foreign)).join().map_err(|_| "the dropping thread panicked")?;
+        // What the driver now reports as current here (the dead handle, none, or an error).
+        let now = cudarc::driver::result::ctx::get_current();
+        eprintln!(
+            "call {call}: current after the destruction: {}",
+            match now {
+                Ok(Some(c)) if c == dead => "the destroyed context".to_string(),
+                Ok(Some(_)) => "another context".to_string(),
+                Ok(None) => "none".to_string(),
+                Err(e) => format!("an error ({e})"),
+            }
+        );
+        let f = 4.0 + call as f32;
+        match call {
+            // A call on existing handles first.
+            0 => {
+                ops::scale(&x, f, &mut y).sync_on(&s)?;
+            }
+            // A creating call first: the stream must land in the device's primary context.
+            1 => {
+                let s2 = Stream::new(&d)?;
+                let mut ctx: sys::CUcontext = std::ptr::null_mut();
+                // SAFETY: `s2` is a live stream; `ctx` is a valid out-pointer.
+                unsafe { sys::cuStreamGetCtx(s2.raw(), &mut ctx) }.result().map_err(|e| e.to_string())?;
+                ensure(
+                    ctx == d.cu_context(),
+                    "a stream created after the destruction is not in device 0's context",
+                )?;
+                ops::scale(&x, f, &mut y).sync_on(&s2)?;
+                s2.synchronize()?;
+            }
+            // An awaited op.
+            _ => {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+                rt.block_on(ops::scale(&x, f, &mut y).on(&s))?;
+            }
+        }
+        let want = 1.5 * f;
+        ensure(y.to_vec()?.iter().all(|&v| v == want), format!("call {call}: every y equals {want}"))?;
+    }
+    Ok(())
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("cudarc_round_trip", cudarc_round_trip)
@@ -374,6 +435,10 @@ fn main() {
         .gpu(
             "calls_on_handles_run_in_their_context_while_another_is_current",
             calls_on_handles_run_in_their_context_while_another_is_current,
+        )
+        .gpu(
+            "calls_after_the_current_context_is_destroyed_elsewhere",
+            calls_after_the_current_context_is_destroyed_elsewhere,
         );
     s.run()
 }

@@ -126,13 +126,13 @@ impl Device {
     /// **Also on the calls that only use existing handles** (launches, graph launches and
     /// parameter updates, event and stream calls), although the driver runs those in their
     /// handles' context whatever is current: on driver 580 each of them succeeded and did its work
-    /// with another live context current and with none (`scripts/dev/ctx_probe.cu`; the GPU test
-    /// `gpu_interop::calls_on_handles_run_in_their_context_while_another_is_current`). Left out of
+    /// with another live context current and with none (`scripts/dev/ctx_probe.cu`). Left out of
     /// those paths (tried in `86a4058`), the check saved about 10 ns a call and did not move the
     /// launch benchmark, while a thread whose current context was destroyed under it (cudarc's safe
-    /// `CudaContext` bound on one thread and dropped on another) was not measured then. With the
-    /// check every call starts from this device's context, as the creating calls must (pinned by
-    /// `gpu_interop::calls_after_the_current_context_is_destroyed_elsewhere`).
+    /// `CudaContext` bound on one thread and dropped on another) was not measured. With the check
+    /// every call starts from this device's context, as the creating calls must. GPU tests:
+    /// `gpu_interop::every_call_binds_while_another_context_is_current` (the device's context is
+    /// current after each call) and `gpu_interop::calls_after_the_current_context_is_destroyed_elsewhere`.
     ///
     /// It asks the driver which context is current (one cheap call, a thread-local read in the
     /// driver) every time, trusting no record of its own: other code switches the thread's context
@@ -146,16 +146,16 @@ impl Device {
     /// Driver errors reading or setting the thread's current context.
     #[inline]
     pub fn bind(&self) -> Result<()> {
-        // A thread whose current context was destroyed under it (by another thread) may find the
-        // read failing rather than answering with the dead handle: then set ours all the same,
-        // and report the read's error only if that fails too.
-        match result::ctx_get_current() {
-            Ok(cur) if cur == self.inner.ctx => Ok(()),
+        // A context destroyed by another thread stays current here, and `cuCtxGetCurrent` fails
+        // only when the driver is not initialised (CUDA driver API documentation): the read then
+        // answers with the dead handle, and ours is set over it
+        // (`gpu_interop::calls_after_the_current_context_is_destroyed_elsewhere`).
+        let cur = result::ctx_get_current()?;
+        if cur != self.inner.ctx {
             // SAFETY: the context is a retained primary context that lives for the process.
-            Ok(_) => unsafe { result::ctx_set_current(self.inner.ctx) },
-            // SAFETY: as above.
-            Err(read) => unsafe { result::ctx_set_current(self.inner.ctx) }.map_err(|_| read),
+            unsafe { result::ctx_set_current(self.inner.ctx) }?;
         }
+        Ok(())
     }
 
     /// Reads any device attribute.

@@ -4,14 +4,14 @@
 #      .gpu-tar/commit .gpu-bundle/.commit; XZ_OPT="-T2 -6" tar -cJf .gpu-tar/bundle.tar.xz .gpu-bundle
 #   2. two mutation builds of gpu_interop, each: git apply scripts/mutations/X.patch; cargo test
 #      --release -p cuda-async-tests --test gpu_interop --no-run; copy the executable to
-#      .gpu-tar/mut-X; git checkout the patched file. X = bind-read-error, launch-no-bind.
+#      .gpu-tar/mut-X; git checkout the patched file. X = record-no-bind, launch-no-bind.
 # Then carry .gpu-tar and run this file. It checks:
 #   - gpu_interop on the final build, with the two context tests (their first GPU run in this
 #     form), printing what the driver reports as current after a context is destroyed elsewhere;
-#   - the mutations: bind-read-error (a failed read of the current context no longer answered by
-#     setting ours) must fail calls_after_the_current_context_is_destroyed_elsewhere if the driver's
-#     read fails there; if the read answers with the dead handle, the mutation passes and the
-#     Err arm is never taken (say so); launch-no-bind shows whether a launch needs the bind there;
+#   - the mutations: record-no-bind (Event::record without its bind) must fail
+#     every_call_binds_while_another_context_is_current ("Event::record left another context
+#     current"); launch-no-bind shows whether a launch with a destroyed context current needs the
+#     bind (calls_after_the_current_context_is_destroyed_elsewhere, call 0): informative, either way;
 #   - gpu_graph_build under memcheck: alone twice; as a whole suite beside 7 memcheck neighbours
 #     twice; beside 7 with its WHILE test skipped twice (is the fault after the WHILE test the
 #     tool's, and does it need that test?);
@@ -21,9 +21,10 @@ T0=$SECONDS; L=/tmp/X1; mkdir -p $L; END=$(( $(date +%s) + 560 ))
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; cat .gpu-tar/commit
 export CUDA_ASYNC_REQUIRE_GPU=1
 I=$(ls .gpu-bundle/tests/*--gpu_interop)
-timeout 60 $I --test-threads=1 > $L/interop.log 2>&1; echo "gpu_interop exit $?: $(grep -E '^test result' $L/interop.log)"; grep -E "current after|calls_|objects_land" $L/interop.log | cut -c1-200
-for m in bind-read-error launch-no-bind; do
-  timeout 60 .gpu-tar/mut-$m --test-threads=1 calls_after_the_current_context_is_destroyed_elsewhere --exact > $L/mut-$m.log 2>&1
+timeout 60 $I --test-threads=1 > $L/interop.log 2>&1; echo "gpu_interop exit $?: $(grep -E '^test result' $L/interop.log)"; grep -E "current after|calls_|every_call|objects_land" $L/interop.log | cut -c1-200
+for m in record-no-bind launch-no-bind; do
+  t=calls_after_the_current_context_is_destroyed_elsewhere; [ $m = record-no-bind ] && t=every_call_binds_while_another_context_is_current
+  timeout 60 .gpu-tar/mut-$m --test-threads=1 $t --exact > $L/mut-$m.log 2>&1
   echo "mutation $m exit $?: $(grep -E '^test result|current after|Error|error' $L/mut-$m.log | head -4 | cut -c1-200 | tr '\n' ' ')"
 done
 GB=$(ls .gpu-bundle/tests/*--gpu_graph_build); G=$(ls .gpu-bundle/tests/*--gpu_graph)

@@ -302,12 +302,12 @@ fn objects_land_in_our_context_after_cudarc_switches_it() -> TestResult {
     Ok(())
 }
 
-/// Launches, graph replays and parameter updates, event records, queries and waits, and stream
-/// synchronisations, each called while cudarc's own context is current on the thread, run and give
-/// the right results (the driver runs them in their handles' context; `Device::bind` still makes
-/// the device's context current first, see its docs). Rounds with ours current first, so that the
-/// last round creates nothing.
-fn calls_on_handles_run_in_their_context_while_another_is_current() -> TestResult {
+/// Every call binds the device's context first (`Device::bind`), also the calls that only use
+/// existing handles, which the driver would run in their handles' context anyway: with cudarc's
+/// own context made current before each of them, each call runs, gives the right result and
+/// leaves the device's context current. (Skipping the bind on those calls, tried in `86a4058`,
+/// fails here.) Rounds with ours current first, so that the last round creates nothing.
+fn every_call_binds_while_another_context_is_current() -> TestResult {
     let d = Device::new(0)?;
     let (s, s2) = (Stream::new(&d)?, Stream::new(&d)?);
     let n = 4096;
@@ -318,35 +318,52 @@ fn calls_on_handles_run_in_their_context_while_another_is_current() -> TestResul
     let g = CudaGraph::scope(&s, |sc| Ok(sc.record_param(ops::scale(&x, 1.0f32, &mut z))?.1))?;
     let factor = g.output().cloned().ok_or("no parameter handle")?;
     let foreign = CudaContext::new_non_primary(0, 0).map_err(|e| e.to_string())?;
+    d.bind()?; // cuCtxCreate made cudarc's context current: the first rounds start from ours
     let current = || cudarc::driver::result::ctx::get_current().map_err(|e| e.to_string());
     for round in 0..4 {
-        // In the last round cudarc's context is made current again before every call.
+        let last = round == 3;
+        // In the last round: cudarc's context current before each call, ours after it.
         let theirs = || -> TestResult {
-            if round == 3 {
+            if last {
                 foreign.bind_to_thread().map_err(|e| e.to_string())?;
                 ensure(current()? == Some(foreign.cu_ctx()), "cudarc's context is not current")?;
+            }
+            Ok(())
+        };
+        let ours = |call: &str| -> TestResult {
+            if last {
+                ensure(current()? == Some(d.cu_context()), format!("{call} left another context current"))?;
             }
             Ok(())
         };
         // On another stream than the buffers' home: a cross-stream wait before, a mark after.
         theirs()?;
         ops::scale(&x, 2.0f32, &mut y).sync_on(&s2)?;
+        ours("a launch and its synchronize")?;
         theirs()?;
         ev.record(&s2)?;
+        ours("Event::record")?;
         theirs()?;
         s.wait_event(&ev)?;
+        ours("Stream::wait_event")?;
         theirs()?;
         ev.synchronize()?;
+        ours("Event::synchronize")?;
         theirs()?;
         ensure(ev.query()?, "the recorded event is not complete after its synchronize")?;
+        ours("Event::query")?;
         theirs()?;
         g.set_param(&factor, 3.0f32)?;
+        ours("CudaGraph::set_param")?;
         theirs()?;
         g.launch().sync_on(&s)?;
+        ours("a graph launch and its synchronize")?;
         theirs()?;
         s.synchronize()?;
+        ours("Stream::synchronize")?;
         theirs()?;
         ensure(s2.query()?, "the stream is not idle after its synchronize")?;
+        ours("Stream::query")?;
     }
     ensure(y.to_vec()?.iter().all(|&v| v == 3.0), "the launch with cudarc's context current")?;
     drop(g);
@@ -362,8 +379,7 @@ fn calls_on_handles_run_in_their_context_while_another_is_current() -> TestResul
 /// of its own) is made current here, then its last handle is dropped on another thread, which
 /// destroys it (cudarc's drop binds it there first). This thread's current context is then a dead
 /// one. Every call of this crate must still work here: it binds the device's context before
-/// each call (`Device::bind`), whatever the thread had current and whether the driver can still
-/// read it.
+/// each call (`Device::bind`), whatever the thread had current.
 fn calls_after_the_current_context_is_destroyed_elsewhere() -> TestResult {
     let d = Device::new(0)?;
     let s = Stream::new(&d)?;
@@ -377,6 +393,14 @@ fn calls_after_the_current_context_is_destroyed_elsewhere() -> TestResult {
         foreign.bind_to_thread().map_err(|e| e.to_string())?;
         let dead = foreign.cu_ctx();
         std::thread::spawn(move || drop(foreign)).join().map_err(|_| "the dropping thread panicked")?;
+        // The scenario happened: the context current here is dead (documented: using it fails
+        // with CUDA_ERROR_CONTEXT_IS_DESTROYED).
+        // SAFETY: no pointer arguments; it only reports on the current context.
+        let sync = unsafe { sys::cuCtxSynchronize() };
+        ensure(
+            sync != sys::CUresult::CUDA_SUCCESS,
+            "cudarc's context was not destroyed (a synchronize of the current context succeeded)",
+        )?;
         // What the driver now reports as current here (the dead handle, none, or an error).
         let now = cudarc::driver::result::ctx::get_current();
         eprintln!(
@@ -433,8 +457,8 @@ fn main() {
             objects_land_in_our_context_after_cudarc_switches_it,
         )
         .gpu(
-            "calls_on_handles_run_in_their_context_while_another_is_current",
-            calls_on_handles_run_in_their_context_while_another_is_current,
+            "every_call_binds_while_another_context_is_current",
+            every_call_binds_while_another_context_is_current,
         )
         .gpu(
             "calls_after_the_current_context_is_destroyed_elsewhere",

@@ -1,5 +1,7 @@
 # What the second 2026-11-28 session left to run (docs/results/gpu-runs-2026-11-28b.md, "After the
-# calls"), as one device call for the next session. Prepare here first:
+# calls"), as one device call for the next session. (The session of 2026-11-28b left .gpu-tar/ ready
+# for commit 308a145: bundle.tar.xz, commit, mut-record-no-bind, mut-launch-no-bind, premove.tar.xz.
+# If the library and tests have not changed since, carry it as it is.) Otherwise prepare here first:
 #   1. scripts/gpu-bundle on the commit to verify; git rev-parse HEAD > .gpu-tar/commit; cp
 #      .gpu-tar/commit .gpu-bundle/.commit; XZ_OPT="-T2 -6" tar -cJf .gpu-tar/bundle.tar.xz .gpu-bundle
 #   2. two mutation builds of gpu_interop, each: git apply scripts/mutations/X.patch; cargo test

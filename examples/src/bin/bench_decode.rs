@@ -87,6 +87,11 @@ struct Args {
     /// what the I/O driver's epoll park costs an awaited step.
     #[arg(long)]
     timers_only: bool,
+    /// Interleaved rounds of the awaited-vs-blocking comparison at batch 1 (each round: blocking,
+    /// awaited on a current-thread runtime, on a multi-thread one, and with the early wake off,
+    /// each 1 + 2 repetitions of `--steps` steps).
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..))]
+    await_rounds: u32,
 }
 
 /// The awaited rows' runtime: `enable_all` (a server's), or timers only with `--timers-only`.
@@ -122,6 +127,20 @@ fn decode(
     reps: usize,
     mode: u8,
 ) -> Result<f64> {
+    Ok(decode_steps(m, rt, batch, context, steps, reps, mode)?.0)
+}
+
+/// [`decode`], returning as well the wall time of every timed step on its own (µs; the
+/// repetitions after the first, in order).
+fn decode_steps(
+    m: &mut LlamaModel,
+    rt: &tokio::runtime::Runtime,
+    batch: usize,
+    context: usize,
+    steps: usize,
+    reps: usize,
+    mode: u8,
+) -> Result<(f64, Vec<f64>)> {
     let vocab = m.config().vocab as u32;
     for s in 0..batch as u32 {
         m.release_slot(s)?;
@@ -143,18 +162,22 @@ fn decode(
         one(m, &mut tokens, pos, 0)?;
         pos += 1;
     }
-    let mut times = Vec::new();
+    let (mut times, mut per_step) = (Vec::new(), Vec::new());
     for r in 0..=reps {
         let t = Instant::now();
         for _ in 0..steps {
+            let s = Instant::now();
             one(m, &mut tokens, pos, mode)?;
+            if r > 0 {
+                per_step.push(s.elapsed().as_secs_f64() * 1e6);
+            }
             pos += 1;
         }
         if r > 0 {
             times.push(t.elapsed().as_secs_f64() * 1e3 / steps as f64);
         }
     }
-    Ok(median(times))
+    Ok((median(times), per_step))
 }
 
 /// The device-to-device copy bandwidth of the GPU, counting the bytes read and written: 1 GiB
@@ -444,36 +467,56 @@ fn main() -> Result<()> {
     let no_early = AwaitSpin { early_wake: std::time::Duration::ZERO, ..spin };
     let (mut blocking, mut awaited, mut awaited_mt, mut awaited_late) = (vec![], vec![], vec![], vec![]);
     let (mut cpu_bl, mut cpu_aw, mut cpu_late) = (vec![], vec![], vec![]);
+    // Every timed step's own wall time (µs), pooled over the rounds: the goal's "median" is the
+    // median step, which one slow step (an OS hiccup) does not move as it moves a run's mean.
+    let (mut st_bl, mut st_aw, mut st_mt, mut st_late) = (vec![], vec![], vec![], vec![]);
     let (mut woken, mut missed, mut awaited_steps) = (0u64, 0u64, 0u64);
-    for _ in 0..3 {
-        let (ms, cpu) = with_cpu_share(|| decode(&mut m, &rt, 1, 8, a.steps, 2, 0))?;
+    for _ in 0..a.await_rounds {
+        let mut steps_cpu = |rt: &tokio::runtime::Runtime, mode: u8, into: &mut Vec<f64>| {
+            with_cpu_share(|| {
+                let (ms, steps) = decode_steps(&mut m, rt, 1, 8, a.steps, 2, mode)?;
+                into.extend(steps);
+                Ok(ms)
+            })
+        };
+        let (ms, cpu) = steps_cpu(&rt, 0, &mut st_bl)?;
         blocking.push(ms);
         cpu_bl.push(cpu);
         let (w0, m0) = (cuda_async::early_wakes(), cuda_async::early_spin_misses());
-        let (ms, cpu) = with_cpu_share(|| decode(&mut m, &rt, 1, 8, a.steps, 2, 2))?;
+        let (ms, cpu) = steps_cpu(&rt, 2, &mut st_aw)?;
         (woken, missed) =
             (woken + cuda_async::early_wakes() - w0, missed + cuda_async::early_spin_misses() - m0);
         // decode() fills 8 positions with blocking steps, then awaits 1 + 2 repetitions of `steps`.
         awaited_steps += 3 * a.steps as u64;
         awaited.push(ms);
         cpu_aw.push(cpu);
-        awaited_mt.push(decode(&mut m, &rt_mt, 1, 8, a.steps, 2, 2)?);
+        awaited_mt.push(steps_cpu(&rt_mt, 2, &mut st_mt)?.0);
         set_await_spin_policy(no_early);
-        let late = with_cpu_share(|| decode(&mut m, &rt, 1, 8, a.steps, 2, 2));
+        let late = steps_cpu(&rt, 2, &mut st_late);
         set_await_spin_policy(spin);
         let (ms, cpu) = late?;
         awaited_late.push(ms);
         cpu_late.push(cpu);
     }
+    let steps_timed = st_bl.len();
+    let (sm_bl, sm_aw, sm_mt, sm_late) = (median(st_bl), median(st_aw), median(st_mt), median(st_late));
     let (bl, aw, aw_mt, aw_late) =
         (median(blocking), median(awaited), median(awaited_mt), median(awaited_late));
     let (cpu_bl, cpu_aw, cpu_late) = (median(cpu_bl), median(cpu_aw), median(cpu_late));
     println!(
-        "batch 1, 8 positions: blocking {bl:.4} ms/step, awaited from tokio {aw:.4} ms/step ({:+.1} us; \
-         multi-thread runtime {aw_mt:.4}, {:+.1} us; early wake off {aw_late:.4}, {:+.1} us)",
+        "batch 1, 8 positions, {} rounds: blocking {bl:.4} ms/step, awaited from tokio {aw:.4} ms/step ({:+.1} us; \
+         multi-thread runtime {aw_mt:.4}, {:+.1} us; early wake off {aw_late:.4}, {:+.1} us) (medians of the rounds' means)",
+        a.await_rounds,
         (aw - bl) * 1e3,
         (aw_mt - bl) * 1e3,
         (aw_late - bl) * 1e3
+    );
+    println!(
+        "median step of {steps_timed} each: blocking {sm_bl:.1} us, awaited {sm_aw:.1} us ({:+.1} us), multi-thread \
+         {sm_mt:.1} us ({:+.1} us), early wake off {sm_late:.1} us ({:+.1} us)",
+        sm_aw - sm_bl,
+        sm_mt - sm_bl,
+        sm_late - sm_bl
     );
     println!(
         "early wakes: {woken} fired over {awaited_steps} awaited steps, {missed} of them spun out their window before the step ended"
@@ -577,7 +620,9 @@ fn main() -> Result<()> {
         "bench": "decode", "gpu": dev.name(), "shape": if a.small { "small" } else { "llama-3.2-1b" },
         "context": a.context, "steps": a.steps, "reps": a.reps, "rows": rows, "buckets": buckets,
         "copy_bytes_per_s": copy_bw, "datasheet_bytes_per_s": HBM_BYTES_PER_S,
-        "await_vs_blocking_us": (aw - bl) * 1e3, "os_park_wake_us": wake_us,
+        "await_vs_blocking_us": (aw - bl) * 1e3, "os_park_wake_us": wake_us, "await_rounds": a.await_rounds,
+        "step_median_us": {"blocking": sm_bl, "awaited": sm_aw, "awaited_multi_thread": sm_mt, "awaited_no_early_wake": sm_late, "steps_each": steps_timed},
+        "await_vs_blocking_step_median_us": sm_aw - sm_bl, "await_multi_thread_vs_blocking_step_median_us": sm_mt - sm_bl,
         "tokio_runtime": if a.timers_only { "timers only, no I/O driver" } else { "enable_all (I/O driver and timers)" },
         "awaited_multi_thread_ms": aw_mt, "await_multi_thread_vs_blocking_us": (aw_mt - bl) * 1e3,
         "awaited_no_early_wake_ms": aw_late, "await_no_early_wake_vs_blocking_us": (aw_late - bl) * 1e3,

@@ -43,6 +43,9 @@ for rt in "" --timers-only; do
   timeout 120 .gpu-tar/bench-decode --no-torch --batches 1 --ttft 128 $rt --json $OUT/bench-decode-await${rt:+-timers}.json > $L/bd$rt.log 2>&1; echo "bench-decode $rt exit $? at $((SECONDS-T0)) s"
   grep -E "^ +1 |blocking|median step|early wakes|CPU|OS floor" $L/bd$rt.log | cut -c1-250
 done
-mkdir -p $L/r; for suite in gpu_completion gpu_graph_build gpu_soundness; do bash scripts/gpu-calls/san-job.sh racecheck $suite ALL $END $L/r | cut -c1-220; done
-grep -hE "^test .*FAILED|failure to track|early wakes over" $L/r/*/san/*.log | head -10 | cut -c1-220
+mkdir -p $L/r; for suite in gpu_completion gpu_graph_build; do bash scripts/gpu-calls/san-job.sh racecheck $suite ALL $END $L/r | cut -c1-220; done
+# gpu_soundness from .gpu-tar/mini: the same suite built at the commit after a74b150 (library
+# unchanged), whose harness prints a failing test's message the moment it fails.
+BUNDLE=.gpu-tar/mini bash scripts/gpu-calls/san-job.sh racecheck gpu_soundness ALL $END $L/r | cut -c1-220
+grep -hE "^test .*FAILED|FAILED: |failure to track|early wakes over" $L/r/*/san/*.log | head -10 | cut -c1-220
 tar -czf $OUT/logs-c4.tgz -C /tmp C4; echo "end at $((SECONDS-T0)) s"

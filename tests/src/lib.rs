@@ -157,9 +157,10 @@ impl Suite {
     /// N)` and is reported as **ignored**, never as passed, unless `CUDA_ASYNC_REQUIRE_GPU` requires
     /// at least `n` GPUs: then it fails (see [`decide`]).
     pub fn gpus(&mut self, n: usize, name: &str, f: fn() -> TestResult) -> &mut Self {
+        let owned = name.to_string();
         let shared = move || {
             let _others_may_run = ALONE.read().unwrap_or_else(|p| p.into_inner());
-            f()
+            say_failure_now(&owned, f())
         };
         self.trials.push(Trial::test(name, shared).with_kind("gpu"));
         self.needs.push(n.max(1));
@@ -169,9 +170,10 @@ impl Suite {
     /// Adds a GPU test that runs while no other test of this suite runs (the harness runs tests on
     /// several threads): for tests that measure process-wide state, such as the memory in use.
     pub fn gpu_alone(&mut self, name: &str, f: fn() -> TestResult) -> &mut Self {
+        let owned = name.to_string();
         let alone = move || {
             let _alone = ALONE.write().unwrap_or_else(|p| p.into_inner());
-            f()
+            say_failure_now(&owned, f())
         };
         self.trials.push(Trial::test(name, alone).with_kind("gpu"));
         self.needs.push(1);
@@ -228,6 +230,16 @@ impl Suite {
         }
         libtest_mimic::run(&args, trials).exit()
     }
+}
+
+/// Prints a GPU test's failure on stderr the moment it returns, as well as passing it on to the
+/// harness (which prints failures only once every test has finished): a later test that hangs
+/// until a sanitizer run's time limit kills the process must not take the message with it.
+fn say_failure_now(name: &str, r: TestResult) -> TestResult {
+    if let Err(e) = &r {
+        eprintln!("{name}: FAILED: {}", e.message().unwrap_or("(no message)"));
+    }
+    r
 }
 
 /// A seeded RNG; the seed comes from `CUDA_ASYNC_TEST_SEED` or the clock and is printed, so a

@@ -7,7 +7,7 @@ use cuda_async::DeviceOpExt;
 use cuda_async_tests::ops::SpinWrite;
 use cuda_async_tests::{ensure, Suite, TestResult};
 use cuda_core::{
-    CaptureMode, CaptureStatus, Device, DeviceBuffer, Error, Event, Graph, LaunchConfig, Stream,
+    CaptureMode, CaptureStatus, Device, DeviceBuffer, Error, Event, Graph, LaunchConfig, PinnedBuffer, Stream,
 };
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -494,6 +494,156 @@ fn stream_dropped_mid_capture_ends_its_capture() -> TestResult {
     Ok(())
 }
 
+/// Spins the calling thread for `us` microseconds.
+fn spin_us(us: u64) {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_micros(us) {
+        std::hint::spin_loop();
+    }
+}
+
+/// Waits that a stream makes outside its enqueue lock (`Stream::synchronize`, `Stream::query`,
+/// the wait of a blocking copy) never meet a capture that another thread begins on the same
+/// stream: the capture is refused while such a wait is in flight. Without that (the red-team
+/// attack of 2026-11-28), a capture begun between a copy's enqueue and its wait made the wait fail
+/// (and broke the capture), and `copy_to_host` into page-locked memory returned an error while the
+/// driver could still write into the caller's slice. One thread begins and ends thread-local
+/// captures in a loop; this one fills a buffer, copies it into page-locked memory, synchronizes
+/// and queries, for two seconds. Every capture must end without error, every copy must read the
+/// value just filled or be refused before anything was queued (the memory then stays as it was),
+/// and every synchronize and query must succeed or be refused as capturing.
+fn blocking_waits_never_meet_a_capture() -> TestResult {
+    let d = dev()?;
+    let s = Stream::new(&d)?;
+    let n = 1 << 14;
+    let mut src = DeviceBuffer::<f32>::zeros(&s, n)?;
+    let mut pinned = PinnedBuffer::new(&d, n, -1.0f32)?;
+    s.synchronize()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let capturer = {
+        let (s, stop) = (s.clone(), stop.clone());
+        std::thread::spawn(move || -> Result<(u64, u64), String> {
+            let (mut begun, mut refused) = (0u64, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                match s.begin_capture(CaptureMode::ThreadLocal) {
+                    Ok(()) => {
+                        begun += 1;
+                        spin_us(20);
+                        s.end_capture().map_err(|e| {
+                            format!("capture {begun} ended with an error (a wait broke it): {e}")
+                        })?;
+                    }
+                    Err(Error::Capture(_)) => refused += 1,
+                    Err(e) => return Err(format!("begin_capture: {e}")),
+                }
+                spin_us(3);
+            }
+            Ok((begun, refused))
+        })
+    };
+    let (mut copies, mut refused_copies, mut waits) = (0u64, 0u64, 0u64);
+    let mut outcome: TestResult = Ok(());
+    let t = Instant::now();
+    let mut v = 0.0f32;
+    while t.elapsed() < Duration::from_secs(2) && outcome.is_ok() {
+        v += 1.0;
+        match src.fill(&s, v) {
+            Ok(()) => {}
+            Err(Error::Capture(_)) => continue,
+            Err(e) => return Err(format!("fill: {e}").into()),
+        }
+        let before = pinned.as_slice()?[n - 1];
+        match src.copy_to_host(&s, pinned.as_mut_slice()?) {
+            Ok(()) => {
+                copies += 1;
+                let h = pinned.as_slice()?;
+                if h[0] != v || h[n - 1] != v {
+                    outcome =
+                        Err(format!("copy {copies}: read {} .. {} after filling {v}", h[0], h[n - 1]).into());
+                }
+            }
+            Err(Error::Capture(_)) => {
+                refused_copies += 1;
+                // Refused before anything was queued: nothing may write into the memory now.
+                let now = pinned.as_slice()?[n - 1];
+                std::thread::sleep(Duration::from_micros(200));
+                let later = pinned.as_slice()?[n - 1];
+                if now != before || later != before {
+                    outcome = Err(format!(
+                        "a refused copy_to_host left the memory being written: {before} before, {now} on return, {later} later"
+                    )
+                    .into());
+                }
+            }
+            Err(e) => outcome = Err(format!("copy_to_host failed after queueing: {e}").into()),
+        }
+        for (what, r) in [("synchronize", s.synchronize().map(|_| ())), ("query", s.query().map(|_| ()))] {
+            match r {
+                Ok(()) => waits += 1,
+                Err(Error::Capture(_)) => {}
+                Err(e) => outcome = Err(format!("{what}: {e}").into()),
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let captures = capturer.join().map_err(|_| "the capturing thread panicked")?;
+    outcome?;
+    let (begun, refused) = captures?;
+    eprintln!(
+        "{copies} copies read right, {refused_copies} refused before queueing; {waits} synchronize/query; \
+         {begun} captures begun and ended cleanly, {refused} refused"
+    );
+    ensure(begun >= 10 && copies >= 10, "the two threads interleaved too little to test anything")
+}
+
+/// `copy_from_host` from page-locked memory (which the driver copies asynchronously, when the
+/// stream reaches the copy) returns only once the copy has read it: changing the memory right
+/// after it returns cannot change what arrives. The copy is queued behind a 200 ms kernel, so
+/// that without the wait the change would land first. A pageable source is staged by the driver
+/// and needs no wait (its time is printed, not checked).
+fn pinned_source_is_read_before_copy_from_host_returns() -> TestResult {
+    let d = dev()?;
+    let s = Stream::new(&d)?;
+    let n = 1 << 16;
+    let mut gate = DeviceBuffer::<f32>::zeros(&s, 1)?;
+    let mut dst = DeviceBuffer::<f32>::filled(&s, n, -1.0)?;
+    let mut host = PinnedBuffer::new(&d, n, 0.0f32)?;
+    for (i, x) in host.as_mut_slice()?.iter_mut().enumerate() {
+        *x = i as f32;
+    }
+    s.synchronize()?;
+    // SAFETY: `gate` is read only through `to_vec` below, which is ordered after the kernel.
+    unsafe { SpinWrite { buf: &mut gate, ns: 200_000_000, v: 1.0 }.async_on(&s)? };
+    let t = Instant::now();
+    dst.copy_from_host(&s, host.as_slice()?)?;
+    let waited = t.elapsed();
+    host.as_mut_slice()?.fill(7.0);
+    let got = dst.to_vec()?;
+    let wrong = got.iter().enumerate().filter(|&(i, &x)| x != i as f32).count();
+    ensure(
+        wrong == 0,
+        format!(
+            "{wrong} of {n} elements arrived as changed after copy_from_host returned (element 0: {})",
+            got[0]
+        ),
+    )?;
+    ensure(
+        waited >= Duration::from_millis(150),
+        format!("copy_from_host from page-locked memory returned after {waited:?}, before the 200 ms kernel ahead of it ended"),
+    )?;
+    ensure(gate.to_vec()? == vec![1.0], "the kernel ahead ran")?;
+    // SAFETY: as above.
+    unsafe { SpinWrite { buf: &mut gate, ns: 200_000_000, v: 2.0 }.async_on(&s)? };
+    let page: Vec<f32> = (0..n).map(|i| (2 * i) as f32).collect();
+    let t = Instant::now();
+    dst.copy_from_host(&s, &page)?;
+    let staged = t.elapsed();
+    drop(page);
+    eprintln!("copy_from_host returned after {waited:?} from page-locked memory, {staged:?} from pageable memory (200 ms kernel ahead of each)");
+    let got = dst.to_vec()?;
+    ensure(got.iter().enumerate().all(|(i, &x)| x == (2 * i) as f32), "the pageable copy")
+}
+
 fn main() {
     if let Ok(mode) = std::env::var(CHILD) {
         let run = if mode == "drop-elsewhere" { drop_elsewhere_child() } else { race_child(&mode) };
@@ -521,6 +671,11 @@ fn main() {
         .gpu(
             "capturing_stream_dropped_on_another_thread_keeps_the_gate_closed",
             capturing_stream_dropped_on_another_thread_keeps_the_gate_closed,
+        )
+        .gpu_alone("blocking_waits_never_meet_a_capture", blocking_waits_never_meet_a_capture)
+        .gpu(
+            "pinned_source_is_read_before_copy_from_host_returns",
+            pinned_source_is_read_before_copy_from_host_returns,
         );
     s.run()
 }

@@ -45,7 +45,9 @@ impl Stream {
     /// are refused with [`Error::Capture`].
     ///
     /// # Errors
-    /// [`Error::Capture`] if the stream is already being captured; driver errors.
+    /// [`Error::Capture`] if the stream is already being captured, or while another thread is in a
+    /// [`Stream::synchronize`], [`Stream::query`] or blocking copy on it (such a call would break
+    /// the capture; try again once it is done); driver errors.
     ///
     /// ```no_run
     /// # fn main() -> cuda_core::Result<()> {
@@ -70,6 +72,15 @@ impl Stream {
             drop(state);
             driver::capture_closed();
             return Err(Error::Capture("beginning a capture on a stream that is already being captured"));
+        }
+        // A thread waiting on (or querying) the stream outside its lock would break the capture
+        // and could lose its wait (see `Waiting`): refused until it is done.
+        if self.has_waiters() {
+            drop(state);
+            driver::capture_closed();
+            return Err(Error::Capture(
+                "beginning a capture on a stream that another thread is waiting on (a synchronize, query or blocking copy)",
+            ));
         }
         // Registered first (rule 6): no enqueue can slip between the driver's begin and ours.
         let cap = Box::new(Capture::new(KeepAlive::default()));

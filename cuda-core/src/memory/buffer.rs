@@ -275,12 +275,29 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         Ok(())
     }
 
-    /// Queues a copy of `data` into the buffer on `stream`. Returns once `data` has been staged by
-    /// the driver (pageable memory), so `data` may be reused immediately. Lengths must match.
+    /// Queues a copy of `data` into the buffer on `stream`, and returns once the driver no longer
+    /// reads `data`, so `data` may be reused immediately: ordinary (pageable) memory is staged by
+    /// the driver before it returns; from memory the driver knows (page-locked, registered or
+    /// managed, e.g. a [`crate::PinnedBuffer`]'s slice), which it copies asynchronously, this waits
+    /// for the copy (and the work queued before it on `stream`). Lengths must match.
+    ///
+    /// ```no_run
+    /// # fn main() -> cuda_core::Result<()> {
+    /// use cuda_core::{Device, DeviceBuffer, PinnedBuffer};
+    /// let dev = Device::new(0)?;
+    /// let s = dev.new_stream()?;
+    /// let mut d = DeviceBuffer::<u32>::zeros(&s, 3)?;
+    /// let mut host = PinnedBuffer::from_slice(&dev, &[1u32, 2, 3])?;
+    /// d.copy_from_host(&s, host.as_slice()?)?; // page-locked: waits for the copy
+    /// host.as_mut_slice()?.fill(0); // cannot change what was copied
+    /// assert_eq!(d.to_vec()?, [1, 2, 3]);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::LengthMismatch`], [`Error::DeviceMismatch`]; [`Error::Capture`] on a capturing
-    /// stream (a pageable copy cannot be recorded) or another thread's capture; driver errors.
+    /// stream (a pageable copy cannot be recorded) or another thread's capture; driver errors
+    /// (for memory the driver knows, including faults of earlier work reported by the wait).
     pub fn copy_from_host(&mut self, stream: &Stream, data: &[T]) -> Result<()> {
         self.check_len(data.len(), "copying host to device")?;
         self.check_device(stream, "copying host to device")?;
@@ -288,11 +305,18 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             return Ok(());
         }
         stream.device().bind()?;
+        // Both ends of the range: a registration may cover part of an allocation.
+        let first = data.as_ptr().cast::<u8>();
+        let last = first.wrapping_add(self.size_bytes() - 1);
+        let asynchronous = result::host_memory_known_to_driver(first.cast())
+            || result::host_memory_known_to_driver(last.cast());
         let refuse = InCapture::Refuse("a copy from pageable host memory on a stream being captured");
+        let mut waiting = None;
         ordered_with(stream, &[(&self.alloc, Access::Write)], refuse, || {
             // SAFETY: `data` is a live slice of exactly size_bytes() bytes; for pageable memory the
-            // driver stages it before returning. The destination is our allocation.
-            unsafe {
+            // driver stages it before returning, and for memory it knows we wait below before
+            // returning. The destination is our allocation.
+            let queued = unsafe {
                 result::memcpy_htod_async(
                     self.ptr,
                     data.as_ptr().cast(),
@@ -300,8 +324,17 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
                     stream.raw(),
                     "copying host to device",
                 )
+            };
+            // Counted in as a waiter under the lock: no capture can begin before the wait.
+            if asynchronous {
+                waiting = Some(stream.waiting_locked());
             }
-        })
+            queued
+        })?;
+        match waiting {
+            Some(_waiting) => stream.sync_unchecked(),
+            None => Ok(()),
+        }
     }
 
     /// Copies the buffer into `out`, blocking until the copy (and all earlier work on `stream`)
@@ -338,10 +371,11 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         }
         stream.device().bind()?;
         let refuse = InCapture::Refuse("a blocking copy to the host on a stream being captured");
+        let mut waiting = None;
         let queued = ordered_with(stream, &[(&self.alloc, Access::Read)], refuse, || {
             // SAFETY: the caller guarantees `out` is writable for size_bytes() bytes; we synchronize
             // below before returning, so the driver's write is complete when the caller resumes.
-            unsafe {
+            let queued = unsafe {
                 result::memcpy_dtoh_async(
                     out.cast(),
                     self.ptr,
@@ -349,12 +383,19 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
                     stream.raw(),
                     "copying device to host",
                 )
-            }
+            };
+            // Counted in as a waiter under the lock (`Waiting`): no capture of `stream` can begin
+            // before the wait below, so it cannot fail for a capture while the driver may still
+            // write into `out` (page-locked memory is written asynchronously).
+            waiting = Some(stream.waiting_locked());
+            queued
         });
         // Wait outside the locks (other threads' uses need not wait for our host wait), and only if
         // the copy was queued: `out` must not be released while the driver may still write into it.
         queued?;
-        stream.sync_unchecked()
+        let done = stream.sync_unchecked();
+        drop(waiting);
+        done
     }
 
     /// Copies the whole buffer to a new `Vec`, blocking, ordered on the home stream.

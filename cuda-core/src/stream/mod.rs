@@ -18,7 +18,7 @@ use crate::event::Event;
 use crate::track::state::{self, StreamState};
 use crate::track::stream::StreamInner;
 use cudarc::driver::sys;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock};
 
 mod progress;
@@ -99,6 +99,7 @@ impl Stream {
                 state: Mutex::new(StreamState::default()),
                 progress: OnceLock::new(),
                 capture_id: AtomicU64::new(0),
+                waiters: AtomicUsize::new(0),
             }),
         })
     }
@@ -133,8 +134,13 @@ impl Stream {
     /// [`Error::Capture`] if the stream is being captured (nothing would ever complete); a driver
     /// error of the work (e.g. a kernel fault).
     pub fn synchronize(&self) -> Result<()> {
-        // Checked under the lock, waited for outside it (other threads may keep queueing work).
-        state::refuse_if_capturing(&self.lock(), "synchronizing a stream that is being captured")?;
+        // Checked under the lock, waited for outside it (other threads may keep queueing work),
+        // counted in as a waiter so that no capture begins meanwhile (`Waiting`).
+        let _waiting = {
+            let st = self.lock();
+            state::refuse_if_capturing(&st, "synchronizing a stream that is being captured")?;
+            self.waiting_locked()
+        };
         self.sync_unchecked()
     }
 
@@ -151,7 +157,11 @@ impl Stream {
     /// [`Error::Capture`] while the stream is being captured (a query would invalidate the
     /// capture); a driver error of the work.
     pub fn query(&self) -> Result<bool> {
-        state::refuse_if_capturing(&self.lock(), "querying a stream that is being captured")?;
+        let _waiting = {
+            let st = self.lock();
+            state::refuse_if_capturing(&st, "querying a stream that is being captured")?;
+            self.waiting_locked()
+        };
         self.inner.device.bind()?;
         // SAFETY: live stream handle; context bound.
         unsafe { result::stream_query(self.raw()) }

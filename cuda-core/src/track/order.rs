@@ -168,9 +168,12 @@ pub(crate) fn ordered<R, U: UseRef>(
         match record(on) {
             Ok(ev) => Some(Arc::new(ev)),
             Err(e) => {
-                // No mark: finish the work now so nothing can outlive it.
+                // No mark: finish the work now so nothing can outlive it (counted in as a waiter
+                // before the locks go, so that no capture of `on` begins before the wait).
+                let waiting = on.waiting_locked();
                 drop(locked);
                 on.sync_unchecked()?;
+                drop(waiting);
                 out?;
                 return Err(e);
             }
@@ -317,11 +320,14 @@ pub(crate) fn ordered_group<R>(
         match mark {
             Ok(m) => marks.push(m),
             Err(e) => {
-                // No mark: finish the work now so nothing can outlive it.
+                // No mark: finish the work now so nothing can outlive it (counted in as waiters
+                // before the locks go, so that no capture of these streams begins before the waits).
+                let waiting: Vec<_> = parts.iter().map(|(on, _)| on.waiting_locked()).collect();
                 drop(locked);
                 for (on, _) in parts {
                     on.sync_unchecked()?;
                 }
+                drop(waiting);
                 out?;
                 return Err(e);
             }

@@ -7,7 +7,7 @@ use super::state::{self, StreamState};
 use crate::device::Device;
 use crate::driver::result;
 use cudarc::driver::sys;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 pub(crate) struct StreamInner {
@@ -21,6 +21,11 @@ pub(crate) struct StreamInner {
     /// only under the enqueue lock, so that code holding the lock deep inside an enqueue can read
     /// it without the state (see [`Stream::capture_tag`]).
     pub(crate) capture_id: AtomicU64,
+    /// Threads in a driver call that waits on or queries this stream outside its enqueue lock
+    /// (synchronize, query, the wait of a blocking copy): counted in under the lock by
+    /// [`Stream::waiting_locked`]. A capture is not begun while one is in flight (see
+    /// [`Waiting`]).
+    pub(crate) waiters: AtomicUsize,
 }
 
 // SAFETY: a CUstream may be used from any thread; the driver serialises enqueues internally.
@@ -103,6 +108,26 @@ impl Drop for Stream {
     }
 }
 
+/// A thread counted in as waiting on (or querying) a stream outside its enqueue lock, until this
+/// guard drops. **Why:** a wait is made without the lock so that other threads may keep queueing
+/// work, but `cuStreamSynchronize` or `cuStreamQuery` on a stream that is being captured fails
+/// and invalidates the capture. Without the count, a capture begun by another thread between the
+/// waiter's check (under the lock) and its driver call would be broken, and a blocking copy whose
+/// wait failed that way would return while the driver may still write into the caller's memory
+/// (page-locked destinations are written asynchronously). So the waiter is counted in under the
+/// lock, in the same critical section as its check that no capture is open, and
+/// `Stream::begin_capture` refuses (with `Error::Capture`) while the count is not zero: a wait
+/// never meets a capture of its stream. The count is decremented after the driver call returns
+/// (Release; `begin_capture` reads it with Acquire under the lock), so a capture that sees zero
+/// begins after every counted wait has left the driver.
+pub(crate) struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
 impl PartialEq for Stream {
     fn eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
@@ -124,6 +149,20 @@ impl Stream {
     #[inline]
     pub(crate) fn capture_tag(&self) -> u64 {
         self.inner.capture_id.load(Ordering::Relaxed)
+    }
+
+    /// Counts the calling thread in as about to wait on (or query) this stream outside its enqueue
+    /// lock. Call it with the lock held and the stream not capturing; the wait or query must be
+    /// made before the returned guard is dropped.
+    pub(crate) fn waiting_locked(&self) -> Waiting<'_> {
+        self.inner.waiters.fetch_add(1, Ordering::Relaxed);
+        Waiting(&self.inner.waiters)
+    }
+
+    /// Whether a thread is in a wait or query on this stream outside its lock (see [`Waiting`]).
+    /// Meaningful with the enqueue lock held: no new waiter can be counted in then.
+    pub(crate) fn has_waiters(&self) -> bool {
+        self.inner.waiters.load(Ordering::Acquire) > 0
     }
 
     /// Sets [`Stream::capture_tag`]; called only with the enqueue lock held, wherever the state's

@@ -9,7 +9,7 @@
 #   - the other test executables alone, the quick ones first, as time allows;
 #   - bench-decode at batch 1 (--no-torch), if time is left.
 [ -d .gpu-bundle ] && [ "$(cat .gpu-bundle/.commit 2>/dev/null)" = "$(cat .gpu-tar/commit)" ] || { rm -rf .gpu-bundle; tar -xJf .gpu-tar/bundle.tar.xz && cp .gpu-tar/commit .gpu-bundle/.commit; }
-T0=$SECONDS; L=$OUT/c5; mkdir -p $L/plain $L/san; END=$(( $(date +%s) + ${BUDGET_S:-200} ))
+T0=$SECONDS; L=/tmp/C5; mkdir -p $L/plain $L/san; END=$(( $(date +%s) + ${BUDGET_S:-200} ))
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; cat .gpu-tar/commit
 export CUDA_ASYNC_REQUIRE_GPU=1
 C=$(ls .gpu-bundle/tests/*--gpu_capture_races)
@@ -28,4 +28,4 @@ for t in .gpu-bundle/tests/*; do s=${t##*--}; case $s in gpu_*) ;; *) left=$((EN
 cat $L/plain/*.log | grep -E '^test result:' | awk '{p+=$4; f+=$6; i+=$8} END {print "summary of what ran: " p " passed, " f " failed, " i " ignored"}'
 grep -hE "^test .*FAILED|FAILED: " $L/plain/*.log | head -10 | cut -c1-220
 R=$((END-$(date +%s))); if [ $R -gt 50 ]; then timeout $((R-5)) .gpu-bundle/bin/bench-decode --no-torch --batches 1 --ttft 128 --json $OUT/bench-decode-h100-c5.json > $L/bd.log 2>&1; echo "bench-decode exit $? at $((SECONDS-T0)) s"; grep -E "^ +1 |blocking|median step|early wakes|CPU|OS floor" $L/bd.log | cut -c1-250; fi
-find $L -name "*.log" -size +2M -delete; echo "end at $((SECONDS-T0)) s"
+tar -czf $OUT/logs-c5.tgz -C /tmp C5; echo "end at $((SECONDS-T0)) s"

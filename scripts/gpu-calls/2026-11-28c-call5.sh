@@ -20,7 +20,7 @@ for m in capture-ignores-waiters pinned-copy-no-wait; do
   timeout 30 .gpu-tar/mut-$m --test-threads=1 $t --exact > $L/mut-$m.log 2>&1
   echo "mutation $m exit $? (must fail): $(grep -E '^test result|FAILED: ' $L/mut-$m.log | head -3 | cut -c1-230 | tr '\n' ' ')"
 done
-for t in memcheck racecheck; do (bash scripts/gpu-calls/san-job.sh $t gpu_capture_races ALL $((END-100)) $L/san > $L/san/$t.out 2>&1) & done; wait
+for t in memcheck racecheck; do (bash scripts/gpu-calls/san-job.sh $t gpu_capture_races ALL $((END-60)) $L/san > $L/san/$t.out 2>&1) & done; wait
 cut -c1-220 $L/san/*.out; echo "sanitizers done at $((SECONDS-T0)) s"
 suite() { local exe=$(ls .gpu-bundle/tests/*--$1 | head -1); timeout $2 $exe --test-threads=1 > $L/plain/$1.log 2>&1; echo "$1 exit $? at $((SECONDS-T0)) s: $(grep '^test result' $L/plain/$1.log)"; }
 for s in gpu_core gpu_access gpu_soundness gpu_async gpu_interop gpu_wakers gpu_user_kernels gpu_graph_build gpu_graph gpu_kernel_bounds gpu_kernel_ops gpu_sampling gpu_attention gpu_server gpu_multi gpu_completion gpu_mlp gpu_prefill gpu_llama; do left=$((END-$(date +%s)-8)); [ $left -gt 5 ] || { echo "$s: no time left"; continue; }; suite $s $left; done 2>&1 | grep -E "gpu_|exit [1-9]|no time"

@@ -1,45 +1,35 @@
-# What the second 2026-11-28 session left to run (docs/results/gpu-runs-2026-11-28b.md, "After the
-# calls"), as one device call for the next session. (The session of 2026-11-28b left .gpu-tar/ ready
-# for commit 308a145: bundle.tar.xz, commit, mut-record-no-bind, mut-launch-no-bind, premove.tar.xz.
-# If the library and tests have not changed since, carry it as it is.) Otherwise prepare here first:
-#   1. scripts/gpu-bundle on the commit to verify; git rev-parse HEAD > .gpu-tar/commit; cp
-#      .gpu-tar/commit .gpu-bundle/.commit; XZ_OPT="-T2 -6" tar -cJf .gpu-tar/bundle.tar.xz .gpu-bundle
-#   2. two mutation builds of gpu_interop, each: git apply scripts/mutations/X.patch; cargo test
-#      --release -p cuda-async-tests --test gpu_interop --no-run; copy the executable to
-#      .gpu-tar/mut-X; git checkout the patched file. X = record-no-bind, launch-no-bind.
-# Then carry .gpu-tar and run this file. It checks:
-#   - gpu_interop on the final build, with the two context tests (their first GPU run in this
-#     form), printing what the driver reports as current after a context is destroyed elsewhere;
-#   - the mutations: record-no-bind (Event::record without its bind) must fail
-#     every_call_binds_while_another_context_is_current ("Event::record left another context
-#     current"); launch-no-bind shows whether a launch with a destroyed context current needs the
-#     bind (calls_after_the_current_context_is_destroyed_elsewhere, call 0): informative, either way;
-#   - gpu_graph_build under memcheck: alone twice; as a whole suite beside 7 memcheck neighbours
-#     twice; beside 7 with its WHILE test skipped twice (is the fault after the WHILE test the
-#     tool's, and does it need that test?);
-#   - racecheck of the suites not run on this library since 54a0e70, as time allows.
+# What the 2026-11-28c session left to run on the final build (docs/results/gpu-runs-2026-11-28c.md,
+# "Not run on the final build"), as two device calls: `bash THIS a` then `bash THIS b`.
+# Prepare here first: scripts/gpu-bundle on the commit to verify; git rev-parse HEAD >
+# .gpu-tar/commit; cp .gpu-tar/commit .gpu-bundle/.commit; XZ_OPT="-T2 -6" tar -cJf
+# .gpu-tar/bundle.tar.xz .gpu-bundle; carry .gpu-tar.
+#   a: gpu_llama plain; the memcheck sweep of every test (37 processes, 8 at a time, the 1B
+#      references generated first); then racecheck, one suite at a time alone on the GPU, of the
+#      suites that failed or did not finish beside neighbours in the 2026-11-28c calls
+#      (gpu_completion, gpu_graph_build, gpu_soundness, gpu_core), as time allows.
+#   b: scripts/dev/attn_lab.cu (never run yet); bench-decode with the PyTorch baselines (decode.md's
+#      headline on the final library); llama-server --llama-1b at 32 and 256 tokens.
 [ -d .gpu-bundle ] && [ "$(cat .gpu-bundle/.commit 2>/dev/null)" = "$(cat .gpu-tar/commit)" ] || { rm -rf .gpu-bundle; tar -xJf .gpu-tar/bundle.tar.xz && cp .gpu-tar/commit .gpu-bundle/.commit; }
-T0=$SECONDS; L=/tmp/X1; mkdir -p $L; END=$(( $(date +%s) + 560 ))
+T0=$SECONDS; L=/tmp/N$1; mkdir -p $L; END=$(( $(date +%s) + 560 ))
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; cat .gpu-tar/commit
 export CUDA_ASYNC_REQUIRE_GPU=1
-I=$(ls .gpu-bundle/tests/*--gpu_interop)
-timeout 60 $I --test-threads=1 > $L/interop.log 2>&1; echo "gpu_interop exit $?: $(grep -E '^test result' $L/interop.log)"; grep -E "current after|calls_|every_call|objects_land" $L/interop.log | cut -c1-200
-for m in record-no-bind launch-no-bind; do
-  t=calls_after_the_current_context_is_destroyed_elsewhere; [ $m = record-no-bind ] && t=every_call_binds_while_another_context_is_current
-  timeout 60 .gpu-tar/mut-$m --test-threads=1 $t --exact > $L/mut-$m.log 2>&1
-  echo "mutation $m exit $?: $(grep -E '^test result|current after|Error|error' $L/mut-$m.log | head -4 | cut -c1-200 | tr '\n' ' ')"
-done
-GB=$(ls .gpu-bundle/tests/*--gpu_graph_build); G=$(ls .gpu-bundle/tests/*--gpu_graph)
-san="compute-sanitizer --tool memcheck --report-api-errors explicit --leak-check no --target-processes application-only --print-limit 50"
-for i in 1 2; do timeout 60 $san $GB --test-threads=1 > $L/gb-alone-$i.log 2>&1; echo "gpu_graph_build memcheck alone $i: rc $? $(grep -hE 'ERROR SUMMARY|^test result' $L/gb-alone-$i.log | tr '\n' ' ' | cut -c1-200)"; done
-for mode in whole skip-while; do
-  for i in 1 2; do
-    extra=""; [ $mode = skip-while ] && extra="--skip conditional_while_counts_to_n"
-    for j in 1 2 3 4 5 6 7; do (timeout 120 $san $G --test-threads=1 > $L/nb-$mode-$i-$j.log 2>&1) & done; sleep 3
-    timeout 110 $san $GB --test-threads=1 $extra > $L/gb-$mode-$i.log 2>&1; echo "gpu_graph_build memcheck beside 7, $mode, $i: rc $? $(grep -hE 'ERROR SUMMARY|^test result' $L/gb-$mode-$i.log | tr '\n' ' ' | cut -c1-200)"
-    wait
-  done
-done
-{ for s in gpu_access gpu_capture_races gpu_completion gpu_graph gpu_kernel_ops gpu_kernel_bounds gpu_mlp gpu_sampling gpu_soundness gpu_user_kernels gpu_wakers gpu_prefill; do echo "$s ALL"; done; } > $L/rjobs
-mkdir -p $L/r; xargs -P 4 -L 1 sh -c 'bash scripts/gpu-calls/san-job.sh racecheck $0 $1 '"$END $L/r"' ' < $L/rjobs > $L/r.out 2>&1; cut -c1-200 $L/r.out
-tar -czf $OUT/logs-x1.tgz -C /tmp X1; echo "end at $((SECONDS-T0)) s"
+if [ "$1" = a ]; then
+  timeout 150 $(ls .gpu-bundle/tests/*--gpu_llama) --test-threads=1 > $L/gpu_llama.log 2>&1; echo "gpu_llama exit $? at $((SECONDS-T0)) s: $(grep '^test result' $L/gpu_llama.log)"
+  (python3 scripts/hf_llama_reference.py --out /tmp/ref1b --shape 1b --steps 8 > $L/ref1b.log 2>&1; echo "ref1b rc $?") &
+  python3 scripts/hf_llama_reference.py --out /tmp/refsmall --shape small --steps 16 > $L/refsmall.log 2>&1; echo "refsmall rc $?"; wait
+  export LLAMA_REF_DIR_1B=/tmp/ref1b LLAMA_REF_DIR=/tmp/refsmall
+  { for t in hf_reference_1b_prompt2 hf_reference_1b_rows64 hf_reference_1b_rows12 hf_reference_1b_prompt1 hf_reference_1b_prompt0 rows_equal_alone_in_their_bucket hf_reference_large_buckets hf_reference_small_cublas hf_reference_small fused_products_match_host products_wait_for_weights_written_ahead graph_cache_budget_and_padding refusals kernel_guards cancelled_step_keeps_slots_intact; do echo "gpu_llama $t"; done
+    for t in concurrent_requests_equal_their_replays_part0 concurrent_requests_equal_their_replays_part1 concurrent_requests_equal_their_replays_part2 http_request_and_debug_replay; do echo "gpu_server $t"; done
+    for t in .gpu-bundle/tests/*--gpu_*; do s=${t##*--}; case $s in gpu_llama|gpu_server) ;; *) echo "$s ALL";; esac; done; } > $L/mjobs
+  mkdir -p $L/m $L/r; MEND=$(( $(date +%s) + 200 ))
+  xargs -P 8 -L 1 sh -c 'bash scripts/gpu-calls/san-job.sh memcheck $0 $1 '"$MEND $L/m"' ' < $L/mjobs > $L/m.out 2>&1; echo "memcheck jobs ended at $((SECONDS-T0)) s"; cut -c1-200 $L/m.out | grep -vE "memcheck: ok"
+  echo "memcheck: $(grep -c 'memcheck: ok' $L/m.out) of $(wc -l < $L/mjobs) jobs ok"
+  for s in gpu_completion gpu_graph_build gpu_soundness gpu_core; do bash scripts/gpu-calls/san-job.sh racecheck $s ALL $((END-10)) $L/r | cut -c1-200; done
+  grep -hE "FAILED: |failure to track" $L/r/*/san/*.log | head -6 | cut -c1-200
+else
+  nvcc -O3 -std=c++17 -arch=sm_90 -I kernels/cuda scripts/dev/attn_lab.cu -o /tmp/attn_lab > $L/attn_lab_build.log 2>&1; echo "attn_lab build exit $? at $((SECONDS-T0)) s"; grep -iE "error" $L/attn_lab_build.log | head -5
+  timeout 120 /tmp/attn_lab > $OUT/attn-lab-h100.txt 2>&1; echo "attn_lab exit $? at $((SECONDS-T0)) s"; cut -c1-200 $OUT/attn-lab-h100.txt
+  timeout 230 .gpu-bundle/bin/bench-decode --ttft 128,512,2048 --torch-modes cudagraph --torch-static-variants cuda_graph,compile_reduce_overhead --torch-ttft 512 --json $OUT/bench-decode-h100-final.json > $L/bench-decode.log 2>&1; echo "bench-decode exit $? at $((SECONDS-T0)) s"; grep -vE "^\s*$|it/s\]" $L/bench-decode.log | grep -E "^ +(1|16|64) |await|median step|early|CPU|OS floor|first token|copy|reduce-overhead|^batch" | head -24 | cut -c1-220
+  for n in 32 256; do R=$((END-$(date +%s)-5)); [ $R -gt 20 ] || break; timeout $((R<60?R:60)) .gpu-bundle/bin/llama-server --llama-1b --tokens $n > $L/ls$n.log 2>&1; echo "llama-server --llama-1b --tokens $n exit $? at $((SECONDS-T0)) s"; tail -1 $L/ls$n.log | cut -c1-250; done
+fi
+tar -czf $OUT/logs-n$1.tgz -C /tmp --exclude ref1b N$1; echo "end at $((SECONDS-T0)) s"

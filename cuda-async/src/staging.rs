@@ -27,9 +27,12 @@ pub struct Upload<T, S, D> {
     _t: PhantomData<fn() -> T>,
 }
 
-/// Copies `src` (any `AsRef<[T]>`: a `Vec`, a slice, a [`Staged`] buffer's slice) into the existing
-/// buffer `dst` (same length), yielding `dst`. The driver stages the host data before the op
-/// returns from `execute`, so `src` is free again right after.
+/// Copies `src` (any `AsRef<[T]>`: a `Vec`, a slice) into the existing buffer `dst` (same length),
+/// yielding `dst`. `src` is free again once the op's `execute` returns: the driver stages pageable
+/// host data before the call returns. From page-locked memory (a [`Staged`] buffer's slice, a
+/// `PinnedBuffer`'s), which the driver copies asynchronously, `execute` waits for the copy and the
+/// work queued before it on the stream (`DeviceBuffer::copy_from_host`), blocking the thread that
+/// polls the op: use [`upload_pinned`] for page-locked sources.
 ///
 /// ```no_run
 /// # fn demo(s: &cuda_core::Stream, x: &mut cuda_core::DeviceBuffer<f32>) -> cuda_async::Result<()> {

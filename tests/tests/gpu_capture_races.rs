@@ -644,6 +644,71 @@ fn pinned_source_is_read_before_copy_from_host_returns() -> TestResult {
     ensure(got.iter().enumerate().all(|(i, &x)| x == (2 * i) as f32), "the pageable copy")
 }
 
+/// A blocking copy on a stream that is not being captured, made by a thread that is capturing
+/// another stream, completes before it returns: the driver refuses a capturing thread's
+/// synchronisations (thread-local mode), so the copy's wait is made with the thread's capture mode
+/// relaxed for the call (`Stream::sync_for_copy`). Without that, the copy was queued, its wait
+/// failed, and `copy_to_host` into page-locked memory returned an error while the copy could still
+/// write the caller's slice (found by a review of the 2026-11-28 fix); `copy_from_host` from
+/// page-locked memory likewise. A 50 ms kernel queued ahead of the copies keeps them pending when
+/// the wait begins. (Whether the driver refuses the plain wait here is what the mutation
+/// `scripts/mutations/copy-wait-not-relaxed.patch` shows: with it, this test must fail.)
+fn blocking_copies_while_this_thread_captures_another_stream() -> TestResult {
+    let d = dev()?;
+    let (s, s2) = (Stream::new(&d)?, Stream::new(&d)?);
+    let n = 1 << 16;
+    let src = DeviceBuffer::<f32>::filled(&s2, n, 3.0)?;
+    let mut dst = DeviceBuffer::<f32>::filled(&s2, n, -1.0)?;
+    let mut marker = DeviceBuffer::<f32>::zeros(&s2, 1)?;
+    let mut pinned = PinnedBuffer::new(&d, n, 0.0f32)?;
+    let mut pinned_src = PinnedBuffer::new(&d, n, 5.0f32)?;
+    // The test kernel is loaded before the capture (a module load there would be refused).
+    SpinWrite { buf: &mut marker, ns: 0, v: 0.0 }.sync_on(&s2)?;
+    s.synchronize()?;
+    s.begin_capture(CaptureMode::ThreadLocal)?;
+    let during = (|| -> TestResult {
+        // SAFETY: `marker` is read only through `to_vec` after the capture, ordered after the kernel.
+        unsafe { SpinWrite { buf: &mut marker, ns: 50_000_000, v: 1.0 }.async_on(&s2)? };
+        match src.copy_to_host(&s2, pinned.as_mut_slice()?) {
+            Ok(()) => {
+                let h = pinned.as_slice()?;
+                ensure(
+                    h.iter().all(|&x| x == 3.0),
+                    format!("copy_to_host returned with {} .. {}", h[0], h[n - 1]),
+                )?;
+            }
+            Err(Error::Capture(_)) => {
+                let h = pinned.as_slice()?;
+                ensure(h.iter().all(|&x| x == 0.0), "a refused copy_to_host left data in the memory")?;
+                std::thread::sleep(Duration::from_millis(100));
+                ensure(pinned.as_slice()?.iter().all(|&x| x == 0.0), "a refused copy_to_host still wrote")?;
+            }
+            Err(e) => return Err(format!("copy_to_host failed after queueing: {e}").into()),
+        }
+        // SAFETY: as above.
+        unsafe { SpinWrite { buf: &mut marker, ns: 50_000_000, v: 2.0 }.async_on(&s2)? };
+        match dst.copy_from_host(&s2, pinned_src.as_slice()?) {
+            Ok(()) | Err(Error::Capture(_)) => {}
+            Err(e) => return Err(format!("copy_from_host failed after queueing: {e}").into()),
+        }
+        pinned_src.as_mut_slice()?.fill(9.0);
+        Ok(())
+    })();
+    let ended = s.end_capture();
+    during?;
+    ended?;
+    let got = dst.to_vec()?;
+    ensure(
+        got.iter().all(|&x| x == 5.0) || got.iter().all(|&x| x == -1.0),
+        format!(
+            "copy_from_host's destination holds {} .. {}: the source changed under the copy",
+            got[0],
+            got[n - 1]
+        ),
+    )?;
+    ensure(marker.to_vec()? == vec![2.0], "the kernels ahead of the copies ran")
+}
+
 fn main() {
     if let Ok(mode) = std::env::var(CHILD) {
         let run = if mode == "drop-elsewhere" { drop_elsewhere_child() } else { race_child(&mode) };
@@ -676,6 +741,10 @@ fn main() {
         .gpu(
             "pinned_source_is_read_before_copy_from_host_returns",
             pinned_source_is_read_before_copy_from_host_returns,
+        )
+        .gpu(
+            "blocking_copies_while_this_thread_captures_another_stream",
+            blocking_copies_while_this_thread_captures_another_stream,
         );
     s.run()
 }

@@ -118,8 +118,9 @@ impl<T> CudaGraph<T> {
     /// capture is ended and discarded, and the stream and context stay usable.
     ///
     /// # Errors
-    /// The error `f` returns; capture errors (e.g. `stream` is already being captured); driver
-    /// errors from ending, instantiating or uploading the graph.
+    /// The error `f` returns; capture errors (e.g. `stream` is already being captured, or another
+    /// thread is in a synchronize, query or blocking copy on it: try again once that is done);
+    /// driver errors from ending, instantiating or uploading the graph.
     ///
     /// ```no_run
     /// # fn main() -> cuda_async::Result<()> {

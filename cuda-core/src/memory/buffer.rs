@@ -301,7 +301,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     pub fn copy_from_host(&mut self, stream: &Stream, data: &[T]) -> Result<()> {
         self.check_len(data.len(), "copying host to device")?;
         self.check_device(stream, "copying host to device")?;
-        if self.len == 0 {
+        if self.size_bytes() == 0 {
             return Ok(());
         }
         stream.device().bind()?;
@@ -332,7 +332,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             queued
         })?;
         match waiting {
-            Some(_waiting) => stream.sync_unchecked(),
+            Some(_waiting) => stream.sync_for_copy(),
             None => Ok(()),
         }
     }
@@ -393,7 +393,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         // Wait outside the locks (other threads' uses need not wait for our host wait), and only if
         // the copy was queued: `out` must not be released while the driver may still write into it.
         queued?;
-        let done = stream.sync_unchecked();
+        let done = stream.sync_for_copy();
         drop(waiting);
         done
     }

@@ -151,6 +151,26 @@ impl Stream {
         unsafe { result::stream_synchronize(self.raw()) }
     }
 
+    /// [`Stream::sync_unchecked`] for the wait of a blocking copy whose host memory the driver
+    /// may still be reading or writing: made with the calling thread's capture interaction mode
+    /// relaxed for the one call (`cuThreadExchangeStreamCaptureMode`, restored after it). **Why:**
+    /// while the calling thread captures *another* stream (thread-local mode), the driver refuses
+    /// the thread's "potentially unsafe" calls, synchronisations included; the copy on this
+    /// (uncaptured) stream would already be queued, and a failed wait would hand the caller's
+    /// memory back while the copy still uses it. Relaxed, the wait is made: it concerns no
+    /// captured work (the caller counted in as a waiter, so this stream is not being captured).
+    pub(crate) fn sync_for_copy(&self) -> Result<()> {
+        self.inner.device.bind()?;
+        let relaxed = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        let previous = result::thread_exchange_stream_capture_mode(relaxed);
+        // SAFETY: live stream handle; context bound.
+        let done = unsafe { result::stream_synchronize(self.raw()) };
+        if let Ok(mode) = previous {
+            let _ = result::thread_exchange_stream_capture_mode(mode);
+        }
+        done
+    }
+
     /// Non-blocking: `true` if all queued work has finished, `false` if some is still running.
     ///
     /// # Errors

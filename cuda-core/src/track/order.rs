@@ -324,10 +324,10 @@ pub(crate) fn ordered_group<R>(
                 // before the locks go, so that no capture of these streams begins before the waits).
                 let waiting: Vec<_> = parts.iter().map(|(on, _)| on.waiting_locked()).collect();
                 drop(locked);
-                for (on, _) in parts {
-                    on.sync_unchecked()?;
-                }
+                // Every stream is waited for, even after one wait fails: the first error is kept.
+                let synced = parts.iter().map(|(on, _)| on.sync_unchecked()).fold(Ok(()), Result::and);
                 drop(waiting);
+                synced?;
                 out?;
                 return Err(e);
             }

@@ -1,12 +1,18 @@
 # What the 2026-11-28c session left to run on the final build (docs/results/gpu-runs-2026-11-28c.md,
 # "Not run on the final build"), as two device calls: `bash THIS a` then `bash THIS b`.
-# Prepare here first: scripts/gpu-bundle on the commit to verify; git rev-parse HEAD >
-# .gpu-tar/commit; cp .gpu-tar/commit .gpu-bundle/.commit; XZ_OPT="-T2 -6" tar -cJf
-# .gpu-tar/bundle.tar.xz .gpu-bundle; carry .gpu-tar.
-#   a: gpu_llama plain; the memcheck sweep of every test (37 processes, 8 at a time, the 1B
-#      references generated first); then racecheck, one suite at a time alone on the GPU, of the
-#      suites that failed or did not finish beside neighbours in the 2026-11-28c calls
-#      (gpu_completion, gpu_graph_build, gpu_soundness, gpu_core), as time allows.
+# The session left .gpu-tar/ ready for its final commit (bundle.tar.xz, commit, and the mutation
+# build mut-copy-wait-not-relaxed of gpu_capture_races). If the library or tests changed since,
+# prepare here first: scripts/gpu-bundle; git rev-parse HEAD > .gpu-tar/commit; cp .gpu-tar/commit
+# .gpu-bundle/.commit; XZ_OPT="-T2 -6" tar -cJf .gpu-tar/bundle.tar.xz .gpu-bundle; and the
+# mutation build: git apply scripts/mutations/copy-wait-not-relaxed.patch; cargo test --release -p
+# cuda-async-tests --test gpu_capture_races --no-run; copy the executable to
+# .gpu-tar/mut-copy-wait-not-relaxed; git checkout cuda-core/src/memory/buffer.rs. Carry .gpu-tar.
+#   a: gpu_capture_races with the never-run blocking_copies_while_this_thread_captures_another_stream,
+#      and its mutation (must fail); every other test executable alone (gpu_llama included); the
+#      memcheck sweep of every test (37 processes, 8 at a time, the 1B references generated first);
+#      then racecheck, one suite at a time alone on the GPU, of gpu_capture_races and of the suites
+#      that failed or did not finish beside neighbours in the 2026-11-28c calls (gpu_completion,
+#      gpu_graph_build, gpu_soundness, gpu_core), as time allows.
 #   b: scripts/dev/attn_lab.cu (never run yet); bench-decode with the PyTorch baselines (decode.md's
 #      headline on the final library); llama-server --llama-1b at 32 and 256 tokens.
 [ -d .gpu-bundle ] && [ "$(cat .gpu-bundle/.commit 2>/dev/null)" = "$(cat .gpu-tar/commit)" ] || { rm -rf .gpu-bundle; tar -xJf .gpu-tar/bundle.tar.xz && cp .gpu-tar/commit .gpu-bundle/.commit; }
@@ -14,7 +20,12 @@ T0=$SECONDS; L=/tmp/N$1; mkdir -p $L; END=$(( $(date +%s) + 560 ))
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; cat .gpu-tar/commit
 export CUDA_ASYNC_REQUIRE_GPU=1
 if [ "$1" = a ]; then
-  timeout 150 $(ls .gpu-bundle/tests/*--gpu_llama) --test-threads=1 > $L/gpu_llama.log 2>&1; echo "gpu_llama exit $? at $((SECONDS-T0)) s: $(grep '^test result' $L/gpu_llama.log)"
+  mkdir -p $L/plain
+  timeout 60 $(ls .gpu-bundle/tests/*--gpu_capture_races) --test-threads=1 > $L/plain/gpu_capture_races.log 2>&1; echo "gpu_capture_races exit $?: $(grep '^test result' $L/plain/gpu_capture_races.log)"; grep -E "copies read right|returned after|FAILED" $L/plain/gpu_capture_races.log | cut -c1-220
+  timeout 30 .gpu-tar/mut-copy-wait-not-relaxed --test-threads=1 blocking_copies_while_this_thread_captures_another_stream --exact > $L/mut.log 2>&1; echo "mutation copy-wait-not-relaxed exit $? (must fail): $(grep -E '^test result|FAILED: ' $L/mut.log | head -2 | cut -c1-220 | tr '\n' ' ')"
+  for t in .gpu-bundle/tests/*; do s=${t##*--}; [ $s = gpu_capture_races ] && continue; timeout 150 $t --test-threads=1 > $L/plain/$s.log 2>&1 || echo "$s exit $?"; done
+  cat $L/plain/*.log | grep -E '^test result:' | awk '{p+=$4; f+=$6; i+=$8} END {print "bundle summary: " p " passed, " f " failed, " i " ignored"}'; echo "suites done at $((SECONDS-T0)) s"
+  grep -hE "^test .*FAILED|FAILED: " $L/plain/*.log | head -8 | cut -c1-220
   (python3 scripts/hf_llama_reference.py --out /tmp/ref1b --shape 1b --steps 8 > $L/ref1b.log 2>&1; echo "ref1b rc $?") &
   python3 scripts/hf_llama_reference.py --out /tmp/refsmall --shape small --steps 16 > $L/refsmall.log 2>&1; echo "refsmall rc $?"; wait
   export LLAMA_REF_DIR_1B=/tmp/ref1b LLAMA_REF_DIR=/tmp/refsmall
@@ -24,7 +35,7 @@ if [ "$1" = a ]; then
   mkdir -p $L/m $L/r; MEND=$(( $(date +%s) + 200 ))
   xargs -P 8 -L 1 sh -c 'bash scripts/gpu-calls/san-job.sh memcheck $0 $1 '"$MEND $L/m"' ' < $L/mjobs > $L/m.out 2>&1; echo "memcheck jobs ended at $((SECONDS-T0)) s"; cut -c1-200 $L/m.out | grep -vE "memcheck: ok"
   echo "memcheck: $(grep -c 'memcheck: ok' $L/m.out) of $(wc -l < $L/mjobs) jobs ok"
-  for s in gpu_completion gpu_graph_build gpu_soundness gpu_core; do bash scripts/gpu-calls/san-job.sh racecheck $s ALL $((END-10)) $L/r | cut -c1-200; done
+  for s in gpu_capture_races gpu_completion gpu_graph_build gpu_soundness gpu_core; do bash scripts/gpu-calls/san-job.sh racecheck $s ALL $((END-10)) $L/r | cut -c1-200; done
   grep -hE "FAILED: |failure to track" $L/r/*/san/*.log | head -6 | cut -c1-200
 else
   nvcc -O3 -std=c++17 -arch=sm_90 -I kernels/cuda scripts/dev/attn_lab.cu -o /tmp/attn_lab > $L/attn_lab_build.log 2>&1; echo "attn_lab build exit $? at $((SECONDS-T0)) s"; grep -iE "error" $L/attn_lab_build.log | head -5

@@ -4,6 +4,7 @@ use crate::device::Device;
 use crate::driver::result;
 use crate::error::{Error, Result};
 use cudarc::driver::sys;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// A CUDA event, with or without timing. Dropping it never blocks: the driver releases an event
@@ -32,9 +33,13 @@ pub struct Event {
     device: Device,
     raw: sys::CUevent,
     timing: bool,
-    /// The capture id of the last record (0: recorded eagerly or never). Held across a record or a
-    /// wait, so that a record and a wait on another thread cannot interleave with the check.
+    /// The capture id of the last record (0: recorded eagerly or never). Held across a record, a
+    /// query and the check of a wait, so that a record on another thread cannot come between the
+    /// check and the driver call.
     tag: Mutex<u64>,
+    /// Threads in [`Event::synchronize`] (counted in under the tag lock, after its check): a
+    /// record into a capture is refused while one waits (see [`Event::synchronize`]).
+    waiters: AtomicUsize,
 }
 
 // SAFETY: CUevent handles may be used from any thread; the driver synchronises access.
@@ -126,7 +131,7 @@ impl Event {
         };
         // SAFETY: context bound.
         let raw = unsafe { result::event_create(flags) }?;
-        Ok(Event { device: *device, raw, timing, tag: Mutex::new(0) })
+        Ok(Event { device: *device, raw, timing, tag: Mutex::new(0), waiters: AtomicUsize::new(0) })
     }
 
     /// An untimed event from `device`'s pool (created if the pool is empty). Cheaper than
@@ -149,7 +154,13 @@ impl Event {
     pub fn pooled(device: &Device) -> Result<PooledEvent> {
         let reused = device.inner().event_pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let event = match reused {
-            Some(raw) => Event { device: *device, raw, timing: false, tag: Mutex::new(0) },
+            Some(raw) => Event {
+                device: *device,
+                raw,
+                timing: false,
+                tag: Mutex::new(0),
+                waiters: AtomicUsize::new(0),
+            },
             None => Event::new(device, false)?,
         };
         Ok(PooledEvent { event: std::mem::ManuallyDrop::new(event) })
@@ -174,31 +185,50 @@ impl Event {
         self.tag.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn refuse_if_tagged(&self, what: &'static str) -> Result<()> {
-        if *self.lock_tag() != 0 {
+    /// The tag lock, after checking that the last record was not made inside a capture.
+    fn untagged(&self, what: &'static str) -> Result<MutexGuard<'_, u64>> {
+        let tag = self.lock_tag();
+        if *tag != 0 {
             return Err(Error::Capture(what));
         }
-        Ok(())
+        Ok(tag)
     }
 
-    /// Non-blocking: `true` once the recorded work has completed (or if never recorded).
+    /// Whether a thread is in [`Event::synchronize`] on this event. Meaningful with the tag lock
+    /// held (no new waiter can be counted in then).
+    pub(crate) fn has_waiters(&self) -> bool {
+        self.waiters.load(Ordering::Acquire) > 0
+    }
+
+    /// Non-blocking: `true` once the recorded work has completed (or if never recorded). The
+    /// check and the query are made under the event's tag lock, so no record into a capture on
+    /// another thread comes between them (querying a captured event is an error that can break
+    /// the capture).
     ///
     /// # Errors
     /// [`Error::Capture`] if the last record was made inside a capture; driver errors (e.g. the
     /// recorded work faulted).
     pub fn query(&self) -> Result<bool> {
-        self.refuse_if_tagged("querying an event recorded inside a stream capture")?;
+        let _tag = self.untagged("querying an event recorded inside a stream capture")?;
         self.device.bind()?;
         // SAFETY: live event.
         unsafe { result::event_query(self.raw) }
     }
 
-    /// Blocks until the recorded work has completed.
+    /// Blocks until the recorded work has completed. The wait is made without the event's tag
+    /// lock (another thread may record the event meanwhile: the wait binds to the record before
+    /// it), but counted in under it, and a record of the event into a capture is refused
+    /// ([`Error::Capture`]) while a wait is in flight: waiting on an event whose last record is in
+    /// a capture is an error that can break the capture.
     ///
     /// # Errors
     /// [`Error::Capture`] if the last record was made inside a capture; driver errors.
     pub fn synchronize(&self) -> Result<()> {
-        self.refuse_if_tagged("waiting for an event recorded inside a stream capture")?;
+        let _waiting = {
+            let _tag = self.untagged("waiting for an event recorded inside a stream capture")?;
+            self.waiters.fetch_add(1, Ordering::Relaxed);
+            EventWaiting(&self.waiters)
+        };
         self.sync_unchecked()
     }
 
@@ -237,10 +267,25 @@ impl Event {
                 "elapsed time needs two events created with timing enabled".into(),
             ));
         }
-        start.refuse_if_tagged("timing an event recorded inside a stream capture")?;
-        end.refuse_if_tagged("timing an event recorded inside a stream capture")?;
+        // Both tag locks held across the (non-blocking) call, taken in address order (one lock when
+        // both are the same event), so that no record into a capture comes between check and call.
+        const WHAT: &str = "timing an event recorded inside a stream capture";
+        let (first, second) =
+            if std::ptr::from_ref(start) <= std::ptr::from_ref(end) { (start, end) } else { (end, start) };
+        let _first = first.untagged(WHAT)?;
+        let _second = if std::ptr::eq(first, second) { None } else { Some(second.untagged(WHAT)?) };
         start.device.bind()?;
         // SAFETY: live events.
         unsafe { result::event_elapsed_time(start.raw, end.raw) }
+    }
+}
+
+/// A thread counted in as waiting in [`Event::synchronize`], until this guard drops (Release; the
+/// record path reads the count with Acquire under the tag lock).
+struct EventWaiting<'a>(&'a AtomicUsize);
+
+impl Drop for EventWaiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
     }
 }

@@ -709,6 +709,76 @@ fn blocking_copies_while_this_thread_captures_another_stream() -> TestResult {
     ensure(marker.to_vec()? == vec![2.0], "the kernels ahead of the copies ran")
 }
 
+/// A user's event queried, waited on and timed on one thread while another thread records it
+/// into captures and eagerly again: every query, wait and timing succeeds or is refused as captured
+/// (`Error::Capture`), and every capture ends cleanly. The check of the event's capture tag and the
+/// driver call are one step for queries and timings (under the tag lock), and a record into a
+/// capture is refused while a wait is in flight; without that, a record between the check and the
+/// call made the call fail in the driver and could break the capture (found by the review of
+/// 2026-11-28; not yet run on a GPU when written).
+fn event_waits_never_meet_a_capture_record() -> TestResult {
+    let d = dev()?;
+    let (s, s2) = (Stream::new(&d)?, Stream::new(&d)?);
+    let ev = Arc::new(Event::new(&d, true)?);
+    let start = Event::new(&d, true)?;
+    start.record(&s2)?;
+    ev.record(&s2)?;
+    s2.synchronize()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let recorder = {
+        let (ev, stop, s, s2) = (ev.clone(), stop.clone(), s.clone(), s2.clone());
+        std::thread::spawn(move || -> Result<(u64, u64), String> {
+            let (mut captured, mut refused) = (0u64, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                match s.begin_capture(CaptureMode::ThreadLocal) {
+                    Ok(()) => {
+                        match ev.record(&s) {
+                            Ok(()) => captured += 1,
+                            Err(Error::Capture(_)) => refused += 1,
+                            Err(e) => return Err(format!("record into the capture: {e}")),
+                        }
+                        spin_us(10);
+                        s.end_capture().map_err(|e| format!("a capture ended with an error: {e}"))?;
+                    }
+                    Err(Error::Capture(_)) => {}
+                    Err(e) => return Err(format!("begin_capture: {e}")),
+                }
+                ev.record(&s2).map_err(|e| format!("eager record: {e}"))?;
+                spin_us(5);
+            }
+            Ok((captured, refused))
+        })
+    };
+    let (mut ok, mut refused_here) = (0u64, 0u64);
+    let t = Instant::now();
+    let mut outcome: TestResult = Ok(());
+    while t.elapsed() < Duration::from_secs(2) && outcome.is_ok() {
+        for (what, r) in [
+            ("query", ev.query().map(|_| ())),
+            ("synchronize", ev.synchronize()),
+            ("elapsed_ms", Event::elapsed_ms(&start, &ev).map(|_| ())),
+        ] {
+            match r {
+                Ok(()) => ok += 1,
+                Err(Error::Capture(_)) => refused_here += 1,
+                // A timing may find the eagerly re-recorded event not complete yet.
+                Err(Error::Driver { code, .. })
+                    if what == "elapsed_ms"
+                        && code == cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_READY as u32 => {}
+                Err(e) => outcome = Err(format!("{what}: {e}").into()),
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let rec = recorder.join().map_err(|_| "the recording thread panicked")?;
+    outcome?;
+    let (captured, refused) = rec?;
+    eprintln!(
+        "{ok} queries, waits and timings made, {refused_here} refused as captured; {captured} records into captures, {refused} refused while a wait was in flight"
+    );
+    ensure(ok >= 10 && captured >= 10, "the two threads interleaved too little to test anything")
+}
+
 fn main() {
     if let Ok(mode) = std::env::var(CHILD) {
         let run = if mode == "drop-elsewhere" { drop_elsewhere_child() } else { race_child(&mode) };
@@ -745,6 +815,7 @@ fn main() {
         .gpu(
             "blocking_copies_while_this_thread_captures_another_stream",
             blocking_copies_while_this_thread_captures_another_stream,
-        );
+        )
+        .gpu_alone("event_waits_never_meet_a_capture_record", event_waits_never_meet_a_capture_record);
     s.run()
 }

@@ -15,7 +15,8 @@ impl Event {
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a stream of another device; [`Error::Capture`] if another
-    /// thread is capturing `stream`; driver errors.
+    /// thread is capturing `stream`, or if `stream` is being captured while another thread waits
+    /// on this event ([`Event::synchronize`]); driver errors.
     pub fn record(&self, stream: &Stream) -> Result<()> {
         self.check_device(stream)?;
         self.device().bind()?;
@@ -42,6 +43,13 @@ impl Event {
     /// fork the capture through it and it is never recycled (`PooledEvent`'s drop).
     pub(crate) fn record_locked(&self, stream: &Stream) -> Result<()> {
         let mut tag = self.lock_tag();
+        // A thread waiting on this event (`Event::synchronize`, outside the tag lock) would meet
+        // a record inside a capture: refused while one waits.
+        if stream.capture_tag() != 0 && self.has_waiters() {
+            return Err(Error::Capture(
+                "recording an event into a stream capture while another thread waits on it",
+            ));
+        }
         // SAFETY: live event and stream of the same context (checked or constructed so).
         unsafe { result::event_record(self.raw(), stream.raw()) }?;
         *tag = stream.capture_tag();

@@ -1,14 +1,16 @@
 # What the 2026-11-28c session left to run on the final build (docs/results/gpu-runs-2026-11-28c.md,
 # "Not run on the final build"), as two device calls: `bash THIS a` then `bash THIS b`.
-# The session left .gpu-tar/ ready for its final commit (bundle.tar.xz, commit, and the mutation
-# build mut-copy-wait-not-relaxed of gpu_capture_races). If the library or tests changed since,
-# prepare here first: scripts/gpu-bundle; git rev-parse HEAD > .gpu-tar/commit; cp .gpu-tar/commit
-# .gpu-bundle/.commit; XZ_OPT="-T2 -6" tar -cJf .gpu-tar/bundle.tar.xz .gpu-bundle; and the
-# mutation build: git apply scripts/mutations/copy-wait-not-relaxed.patch; cargo test --release -p
-# cuda-async-tests --test gpu_capture_races --no-run; copy the executable to
-# .gpu-tar/mut-copy-wait-not-relaxed; git checkout cuda-core/src/memory/buffer.rs. Carry .gpu-tar.
-#   a: gpu_capture_races with the never-run blocking_copies_while_this_thread_captures_another_stream,
-#      and its mutation (must fail); every other test executable alone (gpu_llama included); the
+# The session left .gpu-tar/ ready for its final library (bundle.tar.xz, commit, and the mutation
+# builds mut-copy-wait-not-relaxed and mut-event-check-then-call of gpu_capture_races). If the
+# library or tests changed since, prepare here first: scripts/gpu-bundle; git rev-parse HEAD >
+# .gpu-tar/commit; cp .gpu-tar/commit .gpu-bundle/.commit; XZ_OPT="-T2 -6" tar -cJf
+# .gpu-tar/bundle.tar.xz .gpu-bundle; and for X in copy-wait-not-relaxed event-check-then-call: git
+# apply scripts/mutations/X.patch; cargo test --release -p cuda-async-tests --test
+# gpu_capture_races --no-run; copy the executable to .gpu-tar/mut-X; git checkout the patched
+# files. Carry .gpu-tar.
+#   a: gpu_capture_races with the never-run blocking_copies_while_this_thread_captures_another_stream
+#      and event_waits_never_meet_a_capture_record, and their mutations (each must fail its test);
+#      every other test executable alone (gpu_llama included); the
 #      memcheck sweep of every test (37 processes, 8 at a time, the 1B references generated first);
 #      then racecheck, one suite at a time alone on the GPU, of gpu_capture_races and of the suites
 #      that failed or did not finish beside neighbours in the 2026-11-28c calls (gpu_completion,
@@ -22,7 +24,9 @@ export CUDA_ASYNC_REQUIRE_GPU=1
 if [ "$1" = a ]; then
   mkdir -p $L/plain
   timeout 60 $(ls .gpu-bundle/tests/*--gpu_capture_races) --test-threads=1 > $L/plain/gpu_capture_races.log 2>&1; echo "gpu_capture_races exit $?: $(grep '^test result' $L/plain/gpu_capture_races.log)"; grep -E "copies read right|returned after|FAILED" $L/plain/gpu_capture_races.log | cut -c1-220
-  timeout 30 .gpu-tar/mut-copy-wait-not-relaxed --test-threads=1 blocking_copies_while_this_thread_captures_another_stream --exact > $L/mut.log 2>&1; echo "mutation copy-wait-not-relaxed exit $? (must fail): $(grep -E '^test result|FAILED: ' $L/mut.log | head -2 | cut -c1-220 | tr '\n' ' ')"
+  for m in copy-wait-not-relaxed:blocking_copies_while_this_thread_captures_another_stream event-check-then-call:event_waits_never_meet_a_capture_record; do
+    timeout 30 .gpu-tar/mut-${m%%:*} --test-threads=1 ${m#*:} --exact > $L/mut-${m%%:*}.log 2>&1; echo "mutation ${m%%:*} exit $? (must fail): $(grep -E '^test result|FAILED: ' $L/mut-${m%%:*}.log | head -2 | cut -c1-220 | tr '\n' ' ')"
+  done
   for t in .gpu-bundle/tests/*; do s=${t##*--}; [ $s = gpu_capture_races ] && continue; timeout 150 $t --test-threads=1 > $L/plain/$s.log 2>&1 || echo "$s exit $?"; done
   cat $L/plain/*.log | grep -E '^test result:' | awk '{p+=$4; f+=$6; i+=$8} END {print "bundle summary: " p " passed, " f " failed, " i " ignored"}'; echo "suites done at $((SECONDS-T0)) s"
   grep -hE "^test .*FAILED|FAILED: " $L/plain/*.log | head -8 | cut -c1-220

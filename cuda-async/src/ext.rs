@@ -59,9 +59,12 @@ pub trait DeviceOpExt: DeviceOp + Sized {
     /// # Safety
     /// The output may refer to results the GPU has not finished computing. The ops and buffers of
     /// this workspace stay sound anyway (every later device use is stream-ordered after the work
-    /// and every host read waits for it), but a user-defined [`DeviceOp`] may rely on its output
-    /// not being used before completion, which this entry point does not guarantee. The caller must
-    /// not let such an output be used before `stream` has reached this point.
+    /// and every host read waits for it), and so must every [`DeviceOp`]'s output (see the trait's
+    /// docs: safe code reaches outputs at enqueue time through `map` closures and
+    /// `CudaGraph::update` as well). The `unsafe` marks the entry point that, alone among the
+    /// entry points, returns before the work is done: the caller states that it does not treat
+    /// the output's *values* as final (e.g. host data it copies out of device memory itself)
+    /// before `stream` has reached this point.
     unsafe fn async_on(self, stream: &Stream) -> Result<Self::Output> {
         execute_locked(self, stream, "async_on called inside another op's execution")
     }

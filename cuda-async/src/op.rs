@@ -11,7 +11,15 @@ use crate::error::Result;
 /// to device memory whose contents the queued work is still computing. The execution entry points
 /// ([`crate::DeviceOpExt::sync_on`], [`crate::DeviceOpExt::sync`], `.await`,
 /// [`crate::DeviceOpExt::schedule`]) hand the output to the caller only after that work has
-/// completed; only the `unsafe` [`crate::DeviceOpExt::async_on`] hands it out early.
+/// completed.
+///
+/// **An output must be sound to use as soon as `execute` returns.** Safe code reaches it then:
+/// the closures of `map`, `inspect` and `then` receive it at enqueue time (and may send it away),
+/// and [`crate::graph::CudaGraph::update`] returns it without waiting (found by review: the
+/// entry points' wait is a convenience, not a guarantee an op may rely on). The buffers and
+/// handles of this workspace meet that: every later device use is stream-ordered after the work,
+/// and every host read waits for it. A user op whose output is a raw view of memory still being
+/// written must wait inside `execute` or keep that view behind its own wait.
 ///
 /// Implementations must queue all their work on `ctx.stream()` (or order other streams against
 /// it), and must be `Send` so that futures holding them can move between executor threads.

@@ -158,6 +158,21 @@ impl Device {
         Ok(())
     }
 
+    /// [`Device::bind`] for a `Drop` implementation, which cannot return its error: `true` when
+    /// the context is current; otherwise the error is counted in [`crate::drop_errors`] and the
+    /// caller leaks what it would have destroyed (destroying it in another context could hit a
+    /// handle of that context).
+    #[inline]
+    pub(crate) fn bind_in_drop(&self) -> bool {
+        match self.bind() {
+            Ok(()) => true,
+            Err(e) => {
+                crate::error::note_drop(Err(e));
+                false
+            }
+        }
+    }
+
     /// Reads any device attribute.
     ///
     /// # Errors

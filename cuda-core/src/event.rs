@@ -109,7 +109,7 @@ impl Drop for PooledEvent {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        if self.device.bind().is_ok() {
+        if self.device.bind_in_drop() {
             // SAFETY: we own the handle; the driver defers release of a pending event.
             crate::error::note_drop(unsafe { result::event_destroy(self.raw) });
         }

@@ -127,15 +127,19 @@ impl Kernels {
         Ok(n)
     }
 
+    // `fill`, `scale` and `axpy` launch their kernel even for no elements (one block whose threads
+    // find nothing to do): they are the `TunableParam` ops, whose last queued work must be their
+    // own launch, so that `Scope::record_param` hands out a handle to *their* kernel node. Found by
+    // review: `scale(&empty, a, scale(&p, 3.0, &mut q))` recorded nothing of its own, and the
+    // handle set the inner op's factor. The other ops skip the launch.
+
     /// `out[i] = value` for every element.
     pub fn fill<T: Element>(&self, stream: &Stream, out: &mut DeviceBuffer<T>, value: T) -> Result<()> {
         let n = self.check(stream, "fill kernel", &[out.len()])?;
-        if n == 0 {
-            return Ok(());
-        }
+        // No early return for no elements: see the note above `fill`.
         // SAFETY: matches `fill_<T>(T* out, T value, unsigned long long n)`; the kernel writes
         // exactly out[0..n] and `out` is borrowed mutably.
-        unsafe { T::kernels(self).fill.launch(stream, self.config(n), (out, value, n as u64)) }
+        unsafe { T::kernels(self).fill.launch(stream, self.config(n.max(1)), (out, value, n as u64)) }
     }
 
     /// `out[i] = alpha * x[i]`.
@@ -147,12 +151,10 @@ impl Kernels {
         out: &mut DeviceBuffer<T>,
     ) -> Result<()> {
         let n = self.check(stream, "scale kernel", &[x.len(), out.len()])?;
-        if n == 0 {
-            return Ok(());
-        }
+        // No early return for no elements: see the note above `fill`.
         // SAFETY: matches `scale_<T>(const T* x, T alpha, T* out, n)`; reads x[0..n], writes
         // out[0..n]; `out` is exclusive and cannot alias `x` (borrow rules).
-        unsafe { T::kernels(self).scale.launch(stream, self.config(n), (x, alpha, out, n as u64)) }
+        unsafe { T::kernels(self).scale.launch(stream, self.config(n.max(1)), (x, alpha, out, n as u64)) }
     }
 
     /// `out[i] = alpha[0] * x[i]`, with the factor read from device memory when the kernel runs
@@ -183,11 +185,9 @@ impl Kernels {
         y: &mut DeviceBuffer<T>,
     ) -> Result<()> {
         let n = self.check(stream, "axpy kernel", &[x.len(), y.len()])?;
-        if n == 0 {
-            return Ok(());
-        }
+        // No early return for no elements: see the note above `fill`.
         // SAFETY: matches `axpy_<T>(T alpha, const T* x, T* y, n)`; in-bounds, `y` exclusive.
-        unsafe { T::kernels(self).axpy.launch(stream, self.config(n), (alpha, x, y, n as u64)) }
+        unsafe { T::kernels(self).axpy.launch(stream, self.config(n.max(1)), (alpha, x, y, n as u64)) }
     }
 
     /// `out[i] = a[i] + b[i]`.

@@ -363,8 +363,8 @@ where
 }
 
 // SAFETY (the three impls below): each launcher's last queued work is exactly one launch of its
-// kernel (argument ops before it queue no kernel of their own in a `GraphNode` chain of values, and
-// any they do queue comes first); the named parameter is a plain value factor or fill value of
+// kernel, also for no elements (`Kernels::fill`, `scale` and `axpy` launch a grid that does
+// nothing then, rather than skip; argument ops' launches come before it); the named parameter is a plain value factor or fill value of
 // type `T` in the kernel's signature (`fill_T(out, value, n)`: 1; `scale_T(x, alpha, out, n)`: 1;
 // `axpy_T(alpha, x, y, n)`: 0) and no value of it can make the kernel leave its bounds.
 macro_rules! tunable {

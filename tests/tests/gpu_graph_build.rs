@@ -63,7 +63,8 @@ fn every_node_kind() -> TestResult {
         let iota = unsafe { b.add_kernel(&gk.iota_raw, cfg, (mem.ptr, n as u64, 0.5f32), &[alloc])? };
         // SAFETY: copy_raw(const float*, float*, u64) reads mem[0..n) and writes z[0..n).
         let out = unsafe { b.add_kernel(&gk.copy_raw, cfg, (mem.ptr, &mut z, n as u64), &[iota])? };
-        b.add_mem_free(mem, &[out])?;
+        // SAFETY: the two kernels using `mem` (iota, then out) come before the free.
+        unsafe { b.add_mem_free(mem, &[out])? };
     }
     let types = g.node_types()?;
     for t in [
@@ -324,7 +325,8 @@ fn shared_graph_memory_pool() -> TestResult {
                     &[fill],
                 )?
             };
-            b.add_mem_free(mem, &[cp])?;
+            // SAFETY: the two kernels using `mem` come before `cp` (inclusive).
+            unsafe { b.add_mem_free(mem, &[cp])? };
         }
         let mut cg = CudaGraph::from_graph(&s, g, CaptureOptions::default())?;
         cg.join_pool(&pool);

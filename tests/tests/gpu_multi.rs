@@ -249,6 +249,26 @@ fn cross_device_misuse() -> TestResult {
         matches!(r, Err(Error::DeviceMismatch { .. })),
         format!("peer copy on the source's stream: {r:?}"),
     )?;
+    // Pinned-host copies (the staging of cuda-async's uploads and downloads) check the device
+    // buffer's device against the stream's (found by review: they compared lengths only).
+    let mut host = cuda_core::PinnedBuffer::<f32>::new(sa.device(), 8, 0.0)?;
+    let r = host.copy_from_device_async(&sb, &x);
+    ensure(matches!(r, Err(Error::DeviceMismatch { .. })), format!("pinned download: {r:?}"))?;
+    let r = host.copy_to_device_async(&sa, &mut y);
+    ensure(matches!(r, Err(Error::DeviceMismatch { .. })), format!("pinned upload: {r:?}"))?;
+    // A graph node reading a buffer of another device is refused (found by review: the safe
+    // set-conditional node took a flag of another device).
+    let flag = DeviceBuffer::from_host(&sb, &[1u32])?;
+    let mut g = cuda_core::Graph::new(sa.device())?;
+    let r = {
+        let mut b = g.builder();
+        let c = b.conditional(None)?;
+        b.add_set_conditional(&c, &flag, &[])
+    };
+    ensure(
+        matches!(r, Err(Error::DeviceMismatch { .. })),
+        format!("set-conditional flag of another device: {r:?}"),
+    )?;
     let comms = Communicator::init_all(&Device::all()?[..2])?;
     let r = comms[0].all_reduce(&sa, &x, &mut y, ReduceOp::Sum);
     ensure(

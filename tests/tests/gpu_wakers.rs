@@ -211,11 +211,82 @@ fn panicking_waker_does_not_stop_the_engine() -> TestResult {
     Ok(())
 }
 
+/// A waker whose `Drop` panics when an engine thread drops it (and counts that drop).
+struct DropPanics(Arc<AtomicUsize>);
+
+impl Wake for DropPanics {
+    fn wake(self: Arc<Self>) {}
+}
+
+impl Drop for DropPanics {
+    fn drop(&mut self) {
+        if std::thread::current().name() == Some("cuda-async-completion") {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            panic!("a waker whose drop panics on the engine thread (on purpose)");
+        }
+    }
+}
+
+/// An early-wake alarm that never fired holds the last handle of a waker whose `Drop` panics: the
+/// engine drops the completed op's record outside its sweep, with the panic caught, and later
+/// awaits of the shard complete. Found by review: the sweep dropped the record in place, the panic
+/// ended the shard's only thread outside the watchdog's view, and every later await hung.
+fn a_waker_whose_drop_panics_does_not_stop_the_engine() -> TestResult {
+    let d = dev()?;
+    let _policy = OneShard::set();
+    // The default await policy: its early wake is what keeps a clone of the task's waker.
+    set_await_spin_policy(AwaitSpin::default());
+    let (a, b) = (Stream::new(&d)?, Stream::new(&d)?);
+    let mut buf = DeviceBuffer::<f32>::zeros(&a, 1024)?;
+    a.synchronize()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // A lone 5 ms await: the engine predicts about 5 ms for the next one.
+    rt.block_on(SpinWrite { buf: &mut buf, ns: 5_000_000, v: 1.0 }.into_op().on(&a))?;
+    let drops = Arc::new(AtomicUsize::new(0));
+    let bomb = Waker::from(Arc::new(DropPanics(drops.clone())));
+    // A 1 ms op: its alarm (due about 100 us before 5 ms) takes a clone of the bomb.
+    let mut f = SpinWrite { buf: &mut buf, ns: 1_000_000, v: 2.0 }.into_op().on(&a);
+    ensure(
+        std::pin::Pin::new(&mut f).poll(&mut Context::from_waker(&bomb)).is_pending(),
+        "pending at first",
+    )?;
+    // Polled again with another waker, then dropped with the bomb: the alarm holds the last handle.
+    let _ = std::pin::Pin::new(&mut f).poll(&mut Context::from_waker(Waker::noop()));
+    drop(bomb);
+    drop(f);
+    let t0 = Instant::now();
+    while drops.load(Ordering::SeqCst) == 0 && t0.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    ensure(
+        drops.load(Ordering::SeqCst) == 1,
+        "the alarm's waker was dropped on the engine thread (else this test missed the path)",
+    )?;
+    // Later awaits of the shard complete (each on a thread waited for at most 5 s: a dead engine
+    // thread would leave them pending for ever).
+    for _ in 0..3 {
+        let (tx, rx) = mpsc::channel();
+        let b = b.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(await_on(&b, 5_000_000).map_err(|e| format!("{e:?}")));
+        });
+        let took = rx
+            .recv_timeout(Duration::from_secs(5))
+            .map_err(|_| "an await after the panicking drop never completed: the engine thread died")??;
+        ensure(took < Duration::from_millis(500), format!("an await after a panicking drop took {took:?}"))?;
+    }
+    ensure(buf.to_vec()?.iter().all(|&v| v == 2.0), "the dropped future's op still ran")
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu_alone("sleeping_waker_does_not_hold_up_other_awaits", sleeping_waker_does_not_hold_up_other_awaits)
         .gpu_alone("waker_waiting_for_another_op_of_its_shard", waker_waiting_for_another_op_of_its_shard)
         .gpu_alone("wakers_queued_behind_a_stuck_one_still_run", wakers_queued_behind_a_stuck_one_still_run)
-        .gpu_alone("panicking_waker_does_not_stop_the_engine", panicking_waker_does_not_stop_the_engine);
+        .gpu_alone("panicking_waker_does_not_stop_the_engine", panicking_waker_does_not_stop_the_engine)
+        .gpu_alone(
+            "a_waker_whose_drop_panics_does_not_stop_the_engine",
+            a_waker_whose_drop_panics_does_not_stop_the_engine,
+        );
     s.run()
 }

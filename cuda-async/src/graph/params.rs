@@ -84,9 +84,13 @@ impl<'a, T: DeviceRepr> IntoBufferOp<T> for &'a DeviceScalar<T> {
 ///
 /// # Safety
 /// [`TunableParam::function`] must return the kernel the op launches, whose parameter `INDEX` has
-/// type `Param`, and every value of `Param` must be safe for that kernel. (`record_param` checks
-/// that the last recorded node launches that function, so an op that launched nothing, e.g. on an
-/// empty buffer, is an error rather than a handle to some other kernel.)
+/// type `Param`, and every value of `Param` must be safe for that kernel. The op's last queued
+/// work must be that launch **every time it executes**, also for empty buffers (launch a grid
+/// that does nothing rather than skip the launch): `record_param` takes the last recorded kernel
+/// node as the op's. It refuses a frontier that did not change or that launches another kernel,
+/// but an argument op that launched the same kernel would otherwise be taken for the op (found by
+/// review: `scale(&empty, a, scale(&p, 3.0, &mut q))` handed out the inner op's node, a wrong
+/// result).
 pub unsafe trait TunableParam: GraphNode {
     /// The parameter's type.
     type Param: DeviceRepr;

@@ -70,6 +70,20 @@ struct Pending {
     alarm: Option<Alarm>,
 }
 
+/// User code a sweep owes, run by [`run_wakers`] one item at a time under the watchdog's eye and
+/// with panics caught, never inside the sweep (which holds the shard's state).
+enum Owed {
+    /// An early wake that is due.
+    Wake(Waker),
+    /// A completed op: its task's waker (if one is owed), then its record to drop. The record can
+    /// hold the last handle of a user waker — an early-wake alarm that never fired (the op ended
+    /// before it), or the waker left in the op's completion slot — and dropping a waker runs the
+    /// user's `Drop`. Found by review: the sweep dropped it in place, and a `Drop` that panicked
+    /// ended the shard's thread outside the watchdog's view, so every later await of the shard
+    /// hung (`gpu_wakers::a_waker_whose_drop_panics_does_not_stop_the_engine`).
+    Done(Option<Waker>, Pending),
+}
+
 /// A waker to wake at an instant (an early wake, shortly before an op's predicted end).
 pub(crate) struct Alarm {
     pub(crate) at: Instant,
@@ -111,8 +125,9 @@ struct Work {
     pending: Vec<Pending>,
     /// Scratch space of the partial sweeps (see `runtime::sweep`).
     blocked: Vec<usize>,
-    /// Wakers of completed ops, run in completion order after the sweep that completed them.
-    wakers: VecDeque<Waker>,
+    /// What the sweeps owe (wakers of completed ops and due alarms, and completed ops' records to
+    /// drop), run in order after the sweep that queued them (see [`Owed`]).
+    wakers: VecDeque<Owed>,
     last_progress: Instant,
     nap: Duration,
     last_probe: Instant,
@@ -395,13 +410,13 @@ fn run(e: &'static Engine, shard: &'static Shard) {
         }
         let before = work.pending.len();
         let wakers = &mut work.wakers;
-        // Completes the op at once (a poll sees `Ready` from here on) and queues its waker, run
-        // below once the sweep is over and the shard's state is released.
-        let mut complete = |p: &Pending, outcome: Result<(), cuda_core::Error>| {
+        // Completes the op at once (a poll sees `Ready` from here on) and queues its waker and
+        // its record, run and dropped below once the sweep is over and the shard's state is
+        // released (see `Owed::Done`).
+        let mut complete = |p: Pending, outcome: Result<(), cuda_core::Error>| {
             e.pending.fetch_sub(1, Ordering::Relaxed);
-            if let Some(w) = p.completion.complete_deferred(outcome.err()) {
-                wakers.push_back(w);
-            }
+            let w = p.completion.complete_deferred(outcome.err());
+            wakers.push_back(Owed::Done(w, p));
         };
         let full = work.last_full.elapsed() >= FULL_SWEEP_EVERY;
         if full {
@@ -420,13 +435,12 @@ fn run(e: &'static Engine, shard: &'static Shard) {
                 // The context faulted: no pending mark will ever be written. Marks already reached
                 // (their work finished before the fault) still succeed.
                 // Every unreached mark fails with the probe's error (a clone each: one waiter per op).
-                work.pending.retain(|p| match &p.wait {
-                    Wait::Mark(m) => {
-                        complete(p, if m.is_reached() { Ok(()) } else { Err(err.clone()) });
-                        false
-                    }
-                    Wait::Event(_) => true,
-                });
+                let marks: Vec<Pending> =
+                    work.pending.extract_if(.., |p| matches!(p.wait, Wait::Mark(_))).collect();
+                for p in marks {
+                    let reached = matches!(&p.wait, Wait::Mark(m) if m.is_reached());
+                    complete(p, if reached { Ok(()) } else { Err(err.clone()) });
+                }
             }
         }
         // Early wakes that are due: the op is still pending, its task wants to be polled now
@@ -438,7 +452,7 @@ fn run(e: &'static Engine, shard: &'static Shard) {
                 Some(at) if at <= now => {
                     if let Some(a) = p.alarm.take() {
                         EARLY_WAKES.fetch_add(1, Ordering::Relaxed);
-                        work.wakers.push_back(a.waker);
+                        work.wakers.push_back(Owed::Wake(a.waker));
                         // The woken task now spins for the op's last stretch: stay hot (no nap)
                         // so that its completion is seen within the spin window.
                         work.last_progress = now;
@@ -494,18 +508,20 @@ fn run(e: &'static Engine, shard: &'static Shard) {
 /// waker ran here: the calling thread must then end without touching the shard again.
 fn run_wakers(shard: &'static Shard) -> bool {
     loop {
-        let Some(waker) = shard.work().wakers.pop_front() else {
+        let Some(owed) = shard.work().wakers.pop_front() else {
             return true;
         };
         let since = now_ns();
         shard.in_waker.store(since, Ordering::SeqCst);
-        // A panicking waker must not kill the engine (every other future would hang), nor a panic
-        // payload whose own `Drop` panics (dropped outside the catch, it would unwind out of this
-        // thread; the watchdog would then hand the shard over, but only after its threshold).
-        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake())) {
-            if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)))
-            {
-                std::mem::forget(again);
+        match owed {
+            Owed::Wake(waker) => guarded(|| waker.wake()),
+            Owed::Done(waker, record) => {
+                if let Some(waker) = waker {
+                    guarded(|| waker.wake());
+                }
+                // Apart from the wake: a drop that panics while a wake's panic unwinds would
+                // abort the process.
+                guarded(move || drop(record));
             }
         }
         loop {
@@ -520,6 +536,18 @@ fn run_wakers(shard: &'static Shard) -> bool {
                     return false;
                 }
             }
+        }
+    }
+}
+
+/// Runs user code (a wake, or a drop of a waker) on an engine thread: a panic must not kill the
+/// engine (every other future would hang), nor a panic payload whose own `Drop` panics (dropped
+/// outside the catch, it would unwind out of this thread; the watchdog would then hand the shard
+/// over, but only after its threshold).
+fn guarded(f: impl FnOnce()) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload))) {
+            std::mem::forget(again);
         }
     }
 }
@@ -630,8 +658,8 @@ mod tests {
         let counts = Arc::new(Counts(AtomicUsize::new(0)));
         {
             let mut w = shard.work();
-            w.wakers.push_back(Arc::new(Throws).into());
-            w.wakers.push_back(counts.clone().into());
+            w.wakers.push_back(Owed::Wake(Arc::new(Throws).into()));
+            w.wakers.push_back(Owed::Wake(counts.clone().into()));
         }
         let r = std::panic::catch_unwind(|| run_wakers(shard));
         assert!(matches!(r, Ok(true)), "run_wakers unwound or gave the shard away");

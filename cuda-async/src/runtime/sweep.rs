@@ -15,36 +15,49 @@ pub(crate) const PARTIAL_MISSES: usize = 4;
 
 /// Sweeps `pending`: `check` answers `None` for an op still running and `Some(outcome)` for a
 /// finished or failed one (the outcome says which, e.g. the error that found the failure), which
-/// is removed and passed to `complete` with its outcome; `stream_of` names an
-/// op's stream. `blocked` is scratch space (cleared here). Returns whether any op was completed.
+/// is removed and handed to `complete` **by value** with its outcome; `stream_of` names an op's
+/// stream. `blocked` is scratch space (cleared here). Returns whether any op was completed.
+///
+/// A completed op is never dropped here: its record may hold user code (a waker whose `Drop` is
+/// the user's), which the engine runs only under its watchdog, after the sweep (found by review:
+/// dropped inside the sweep, a panicking `Drop` ended the engine thread and every later await of
+/// its shard hung).
 pub(crate) fn sweep<T, S>(
     pending: &mut Vec<T>,
     full: bool,
     blocked: &mut Vec<usize>,
     stream_of: impl Fn(&T) -> usize,
     mut check: impl FnMut(&T) -> Option<S>,
-    mut complete: impl FnMut(&T, S),
+    mut complete: impl FnMut(T, S),
 ) -> bool {
     let before = pending.len();
     blocked.clear();
-    pending.retain(|p| {
+    // The outcome of the op the predicate removed, for the loop body (a `Cell`: the predicate
+    // and the body both reach it while `extract_if` runs).
+    let outcome = std::cell::Cell::new(None);
+    let removed = pending.extract_if(.., |p| {
         let stream = stream_of(p);
         if !full && (blocked.len() >= PARTIAL_MISSES || blocked.contains(&stream)) {
-            return true;
+            return false;
         }
         match check(p) {
             None => {
                 if !full {
                     blocked.push(stream);
                 }
-                true
-            }
-            Some(outcome) => {
-                complete(p, outcome);
                 false
+            }
+            Some(o) => {
+                outcome.set(Some(o));
+                true
             }
         }
     });
+    for p in removed {
+        if let Some(o) = outcome.take() {
+            complete(p, o);
+        }
+    }
     pending.len() < before
 }
 
@@ -66,7 +79,7 @@ mod tests {
                 checks += 1;
                 p.1.then_some(0)
             },
-            |p, _| done.push(*p),
+            |p, _| done.push(p),
         );
         (done, checks)
     }

@@ -583,6 +583,10 @@ impl<'g> GraphBody<'g> {
     /// As for [`Function::launch`]: the arguments must match the kernel's signature and the kernel
     /// must stay within the memory it is given, for every replay. Raw addresses (e.g. a
     /// [`GraphMem`]) must be valid whenever the node runs.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] for a kernel or buffer of another device; otherwise as for
+    /// [`GraphBody::add_empty`].
     pub unsafe fn add_kernel<A: KernelArgs>(
         &mut self,
         f: &Function,
@@ -593,6 +597,18 @@ impl<'g> GraphBody<'g> {
         self.check_device(f.device())?;
         let g = self.raw;
         args.with_params(|ptrs, allocs| {
+            // Buffers of another device are refused as `Function::launch` refuses them: the
+            // kernel would address memory this device has no access to (found by review: the
+            // safe `add_set_conditional` took a flag buffer of another device).
+            if let Some((a, _)) =
+                allocs.iter().flatten().find(|(a, _)| a.home_stream().device() != &self.device)
+            {
+                return Err(Error::DeviceMismatch {
+                    during: "adding a kernel node with a buffer of another device",
+                    expected: self.device.ordinal(),
+                    actual: a.home_stream().device().ordinal(),
+                });
+            }
             for (a, _) in allocs.iter().flatten() {
                 self.keep.add_alloc(a);
             }
@@ -632,12 +648,30 @@ impl<'g> GraphBody<'g> {
 
     /// Frees graph-owned memory (a mem-free node).
     ///
+    /// `unsafe` because the builder cannot see which nodes use a [`GraphMem`] (only raw kernel
+    /// arguments of [`GraphBody::add_kernel`] do): a free ordered before one of them, or not
+    /// ordered against it, frees the memory under a running kernel. Found by review: safe, it let
+    /// safe code break the promise that `add_kernel`'s caller made (that the address is valid
+    /// whenever the node runs).
+    ///
+    /// ```compile_fail,E0133
+    /// # fn demo(b: &mut cuda_core::GraphBody<'_>) -> cuda_core::Result<()> {
+    /// let (alloc, mem) = b.add_mem_alloc(1024, &[])?;
+    /// b.add_mem_free(mem, &[alloc])?; // error: call to unsafe function
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Safety
+    /// `mem` comes from [`GraphBody::add_mem_alloc`] of this graph, is freed once, and every node
+    /// that uses it is among `deps` or ordered before one of them.
+    ///
     /// # Errors
-    /// Driver errors (memory not allocated by a node of this graph); as for
+    /// Driver errors (memory not allocated by a node of this graph, or freed twice); as for
     /// [`GraphBody::add_empty`].
-    pub fn add_mem_free(&mut self, mem: GraphMem, deps: &[Node]) -> Result<Node> {
+    pub unsafe fn add_mem_free(&mut self, mem: GraphMem, deps: &[Node]) -> Result<Node> {
         let g = self.raw;
-        // SAFETY: live graph; the driver validates that `mem` was allocated by a node of this graph.
+        // SAFETY: live graph; the driver validates that `mem` was allocated by a node of this
+        // graph; the caller orders every use of it before the free.
         self.add(deps, |d| unsafe { result::graph_add_mem_free_node(g, d, mem.ptr) })
     }
 

@@ -340,7 +340,7 @@ unsafe impl Sync for GraphExec {}
 
 impl Drop for GraphExec {
     fn drop(&mut self) {
-        if self.device.bind().is_ok() {
+        if self.device.bind_in_drop() {
             // SAFETY: we own it; the driver completes an in-flight launch before freeing it.
             crate::error::note_drop(unsafe { result::graph_exec_destroy(self.raw) });
         }
@@ -439,7 +439,7 @@ impl GraphExec {
                         Ok(()) => recorded.set(true),
                         // Without the event the extras could be released too early: wait instead.
                         Err(e) => {
-                            stream.sync_unchecked()?;
+                            stream.sync_for_copy()?;
                             return Err(e);
                         }
                     }

@@ -74,7 +74,7 @@ impl Staging {
 
 impl Drop for Staging {
     fn drop(&mut self) {
-        if self.device.bind().is_ok() {
+        if self.device.bind_in_drop() {
             // SAFETY: allocated by cuMemHostAlloc; dropped only once no queued copy uses it (after
             // the event behind the last copy, or after synchronising both streams).
             let res =

@@ -136,7 +136,8 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
     /// Queues an asynchronous copy of this buffer into `dst` on `stream` and returns at once.
     ///
     /// # Errors
-    /// [`Error::LengthMismatch`]; [`Error::Capture`] on a capturing stream; errors of the previous
+    /// [`Error::LengthMismatch`]; [`Error::DeviceMismatch`] for a device buffer of another device
+    /// than the stream's; [`Error::Capture`] on a capturing stream; errors of the previous
     /// transfer; driver errors.
     pub fn copy_to_device_async(&mut self, stream: &Stream, dst: &mut DeviceBuffer<T>) -> Result<()> {
         const DURING: &str = "async copy pinned host to device";
@@ -178,6 +179,16 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         if dev.len() != self.len {
             return Err(Error::LengthMismatch { during, expected: self.len, actual: dev.len() });
         }
+        // A device buffer of another device than the stream's is refused, as the blocking copies
+        // refuse it (found by review: the copy was queued on one device's stream with another
+        // device's memory).
+        if dev.device() != stream.device() {
+            return Err(Error::DeviceMismatch {
+                during,
+                expected: stream.device().ordinal(),
+                actual: dev.device().ordinal(),
+            });
+        }
         // No bytes (no elements, or a zero-sized `T`): no allocation, nothing to copy.
         if self.len == 0 || size_of::<T>() == 0 {
             return Ok(());
@@ -196,7 +207,9 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
             match ev.record_locked(stream) {
                 Ok(()) => tracked = true,
                 Err(e) => {
-                    stream.sync_unchecked()?;
+                    // With the thread's capture mode relaxed: a thread capturing another stream
+                    // must not lose this wait (the copy is queued).
+                    stream.sync_for_copy()?;
                     return Err(e);
                 }
             }
@@ -223,7 +236,7 @@ impl<T: DeviceRepr> Drop for PinnedBuffer<T> {
         }
         // The memory must not be freed while a transfer still touches it: wait first. If the wait
         // or the context binding fails, leak the memory rather than risk freeing it early.
-        if self.wait().is_ok() && self.device.bind().is_ok() {
+        if self.wait().is_ok() && self.device.bind_in_drop() {
             // SAFETY: allocated by cuMemHostAlloc; no transfer is in flight any more.
             let res = unsafe { result::mem_free_host(self.ptr.cast(), "freeing page-locked host memory") };
             crate::error::note_drop(res);

@@ -159,6 +159,9 @@ impl Stream {
     /// (uncaptured) stream would already be queued, and a failed wait would hand the caller's
     /// memory back while the copy still uses it. Relaxed, the wait is made: it concerns no
     /// captured work (the caller counted in as a waiter, so this stream is not being captured).
+    /// Also the wait of every rare path that queued work but could not record the event that
+    /// tracks it (`track::order`, pinned transfers, graph launches): a failed wait there would
+    /// likewise let memory go while the queued work still uses it (found by review).
     pub(crate) fn sync_for_copy(&self) -> Result<()> {
         self.inner.device.bind()?;
         let relaxed = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;

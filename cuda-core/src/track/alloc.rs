@@ -129,7 +129,7 @@ impl Drop for Allocation {
         let Some(waits) = defer_free(&mut state, self.ptr, waits) else {
             return;
         };
-        if self.stream.device().bind().is_ok() {
+        if self.stream.device().bind_in_drop() {
             // The free waits for every use on other streams, then runs in the home stream's order.
             free_after(self.stream.raw(), self.ptr, &waits);
         }

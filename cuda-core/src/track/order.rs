@@ -172,7 +172,7 @@ pub(crate) fn ordered<R, U: UseRef>(
                 // before the locks go, so that no capture of `on` begins before the wait).
                 let waiting = on.waiting_locked();
                 drop(locked);
-                on.sync_unchecked()?;
+                on.sync_for_copy()?;
                 drop(waiting);
                 out?;
                 return Err(e);
@@ -325,7 +325,7 @@ pub(crate) fn ordered_group<R>(
                 let waiting: Vec<_> = parts.iter().map(|(on, _)| on.waiting_locked()).collect();
                 drop(locked);
                 // Every stream is waited for, even after one wait fails: the first error is kept.
-                let synced = parts.iter().map(|(on, _)| on.sync_unchecked()).fold(Ok(()), Result::and);
+                let synced = parts.iter().map(|(on, _)| on.sync_for_copy()).fold(Ok(()), Result::and);
                 drop(waiting);
                 synced?;
                 out?;

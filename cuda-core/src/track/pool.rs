@@ -19,7 +19,7 @@ unsafe impl Sync for PoolInner {}
 
 impl Drop for PoolInner {
     fn drop(&mut self) {
-        if self.owned && self.device.bind().is_ok() {
+        if self.owned && self.device.bind_in_drop() {
             // Never while a capture is open (the driver crashed on a pool destroyed during a
             // global-mode capture on another thread: `driver::device_wide`); the pool is leaked
             // then (a drop cannot wait or fail).

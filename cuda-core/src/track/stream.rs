@@ -91,7 +91,7 @@ impl Drop for Stream {
         let others = Arc::strong_count(&self.inner) - 1;
         // Bound as on every path (the calls below use only this stream's handle, which the driver
         // runs in its own context, so a failed bind leaves them to that).
-        let _ = self.inner.device.bind();
+        self.inner.device.bind_in_drop();
         let abandoned = {
             let mut st = self.lock();
             match st.capture.as_ref() {

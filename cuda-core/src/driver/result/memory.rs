@@ -47,24 +47,24 @@ pub(crate) unsafe fn mem_free_async(ptr: sys::CUdeviceptr, stream: sys::CUstream
     check(unsafe { sys::cuMemFreeAsync(ptr, stream) }, "freeing device memory (stream-ordered)")
 }
 
-/// Whether the driver knows the host address `ptr` (`cuPointerGetAttribute` with
-/// `CU_POINTER_ATTRIBUTE_MEMORY_TYPE` succeeds): page-locked, registered or managed memory, to
-/// and from which the driver's async copies are fully asynchronous. `false` only when the driver
-/// answers `CUDA_ERROR_INVALID_VALUE`, its answer for ordinary pageable memory (which it stages
-/// before `cuMemcpyHtoDAsync` returns); any other failure counts as known (the caller then waits,
-/// which is always safe).
+/// Whether the driver knows the host address `ptr`: page-locked, registered or managed memory, to
+/// and from which the driver's async copies are fully asynchronous.
+///
+/// Asked with `cuPointerGetAttributes` (plural) for `CU_POINTER_ATTRIBUTE_MEMORY_TYPE`: for an
+/// address the driver does not know (ordinary pageable memory, which it stages before
+/// `cuMemcpyHtoDAsync` returns) it answers `CUDA_SUCCESS` with the type left 0 (CUDA driver API
+/// documentation: "the attributes are assigned default NULL values"), where the singular
+/// `cuPointerGetAttribute` answers `CUDA_ERROR_INVALID_VALUE`, an API error that
+/// compute-sanitizer reports on every pageable copy. `false` only for that answer: any failure
+/// counts as known (the caller then waits, which is always safe).
 pub(crate) fn host_memory_known_to_driver(ptr: *const c_void) -> bool {
     let mut ty: u32 = 0;
-    // SAFETY: `ty` is a live u32, the size of the attribute's value (`CUmemorytype`); the driver
-    // only reads the address `ptr` as a number.
-    let r = unsafe {
-        sys::cuPointerGetAttribute(
-            (&mut ty as *mut u32).cast(),
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-            ptr as sys::CUdeviceptr,
-        )
-    };
-    r != sys::CUresult::CUDA_ERROR_INVALID_VALUE
+    let mut attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+    let mut data = [(&mut ty as *mut u32).cast::<c_void>()];
+    // SAFETY: one attribute, whose value (`CUmemorytype`, a u32) goes to the live `ty` through
+    // `data`; the driver only reads the address `ptr` as a number.
+    let r = unsafe { sys::cuPointerGetAttributes(1, &mut attr, data.as_mut_ptr(), ptr as sys::CUdeviceptr) };
+    r != sys::CUresult::CUDA_SUCCESS || ty != 0
 }
 
 /// `cuMemcpyHtoDAsync_v2`, described as `during`.

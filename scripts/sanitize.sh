@@ -39,7 +39,7 @@ for s in "${suites[@]}"; do
     # if it hangs).
     timeout "${SAN_TIMEOUT:-900}" compute-sanitizer --tool "$tool" --report-api-errors explicit --leak-check no \
       --target-processes application-only \
-      --print-limit 200 "$exe" --test-threads=1 ${SAN_ARGS:-} >"$log" 2>&1
+      --print-limit 20000 "$exe" --test-threads=1 ${SAN_ARGS:-} >"$log" 2>&1
     rc=$?
     result=$(grep -E '^test result' "$log" | tail -1)
     # API errors: "Program hit CUDA_ERROR_X (error N) due to ... on CUDA API call to cuY." (driver

@@ -139,7 +139,8 @@ impl BatcherHandle {
     ///
     /// # Errors
     /// [`SubmitError::Invalid`] for an empty prompt, a token outside the vocabulary, `max_tokens`
-    /// 0 or a prompt plus `max_tokens` beyond the context; [`SubmitError::QueueFull`];
+    /// 0, sampling settings no sampler accepts ([`Sampling::validate`]) or a prompt plus
+    /// `max_tokens` beyond the context; [`SubmitError::QueueFull`];
     /// [`SubmitError::ShuttingDown`].
     pub fn submit(&self, req: GenRequest) -> Result<mpsc::UnboundedReceiver<Event>, SubmitError> {
         let l = &self.limits;
@@ -151,6 +152,12 @@ impl BatcherHandle {
         }
         if req.max_tokens == 0 {
             return Err(SubmitError::Invalid("max_tokens must be at least 1".into()));
+        }
+        // Checked here, per request: the model checks a step's settings as a whole, so one bad
+        // request would fail every sequence batched with it (found by review; the HTTP layer
+        // checks them too, but other front ends submit directly).
+        if let Err(e) = req.sampling.validate() {
+            return Err(SubmitError::Invalid(format!("sampling: {e}")));
         }
         let need = req.prompt.len() as u64 + u64::from(req.max_tokens);
         if need > u64::from(l.max_seq) {

@@ -24,6 +24,21 @@ impl Sampling {
     pub fn is_greedy(&self) -> bool {
         self.temperature == 0.0
     }
+
+    /// The rules every engine's sampler holds a setting to (the model's `Sampling::validate`):
+    /// a finite temperature `>= 0`, a finite `top_p` in `(0, 1]`.
+    ///
+    /// # Errors
+    /// A message naming the bad parameter.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.temperature.is_finite() || self.temperature < 0.0 {
+            return Err(format!("temperature {} must be finite and >= 0", self.temperature));
+        }
+        if !self.top_p.is_finite() || self.top_p <= 0.0 || self.top_p > 1.0 {
+            return Err(format!("top_p {} must be finite, > 0 and <= 1", self.top_p));
+        }
+        Ok(())
+    }
 }
 
 /// One row of a decode step: feed `token` at `position` of the sequence in `slot`.

@@ -144,6 +144,16 @@ async fn a_full_queue_refuses() {
     assert!(matches!(bad(vec![VOCAB], 1), SubmitError::Invalid(_)));
     assert!(matches!(bad(vec![5], 0), SubmitError::Invalid(_)));
     assert!(matches!(bad(vec![5; 500], 13), SubmitError::Invalid(_)));
+    // Sampling settings no sampler accepts are refused per request (the model checks a step's
+    // settings as a whole: one such request would fail every sequence batched with it).
+    let sampled = |temperature: f32, top_p: f32| {
+        h.submit(req("y", vec![5], 1, Sampling { temperature, top_p, top_k: 0, seed: 1 })).unwrap_err()
+    };
+    for (t, p) in
+        [(f32::NAN, 1.0), (-1.0, 1.0), (f32::INFINITY, 1.0), (1.0, 0.0), (1.0, f32::NAN), (1.0, 1.5)]
+    {
+        assert!(matches!(sampled(t, p), SubmitError::Invalid(ref m) if m.starts_with("sampling")), "{t} {p}");
+    }
     h.shutdown(Duration::from_secs(5));
     task.await.unwrap();
 }

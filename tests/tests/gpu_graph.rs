@@ -799,6 +799,28 @@ fn param_handles() -> TestResult {
     after.launch().sync_on(&s)?;
     let w5: Vec<f64> = xh.iter().map(|&p| 5.0 * p as f64).collect();
     context("axpy kept alpha 1 beside an empty op's handle", assert_close(&w.to_vec()?, &w5, 1e-5))?;
+    // A closure that ends the scope's capture and begins another must not get a graph, nor
+    // handles to nodes of the first (destroyed) graph (found by review: `set_param` then handed
+    // the driver a node of a freed graph).
+    let replaced = |e: &Option<DeviceError>| matches!(e, Some(DeviceError::Core(cuda_core::Error::Capture(m))) if m.contains("no longer"));
+    let e = CudaGraph::scope(&s, |sc| {
+        let (_, h) = sc.record_param(ops::scale(&x, 1.0f32, &mut y))?;
+        drop(s.end_capture()?);
+        s.begin_capture(CaptureMode::ThreadLocal)?;
+        sc.record(ops::scale(&x, 1.0f32, &mut w))?;
+        Ok(h)
+    })
+    .err();
+    ensure(replaced(&e), format!("a scope whose capture was replaced: {e:?}"))?;
+    ensure(s.capture_status()? == CaptureStatus::None, "the replacing capture was ended too")?;
+    let e = CudaGraph::<()>::scope(&s, |sc| {
+        drop(s.end_capture()?);
+        s.begin_capture(CaptureMode::ThreadLocal)?;
+        sc.record_param(ops::scale(&x, 1.0f32, &mut y))?;
+        Ok(())
+    })
+    .err();
+    ensure(replaced(&e), format!("record_param in a replaced capture: {e:?}"))?;
     ensure(s.capture_status()? == CaptureStatus::None, "captures ended")
 }
 

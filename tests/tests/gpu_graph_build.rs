@@ -205,7 +205,28 @@ fn conditional_if() -> TestResult {
         let want = if take { 42.0 } else { 1.0 };
         ensure(acc.to_vec()?.iter().all(|&v| v == want), format!("IF taken={take}: expected {want}"))?;
     }
-    Ok(())
+    // A body that fails leaves no node: the conditional node with its partial body is removed,
+    // so nothing of it can run unordered beside the parent's later nodes (found by review: it
+    // stayed, without the implicit edges that order the parent's later use of the same buffer).
+    let mut x = DeviceBuffer::<u32>::zeros(&s, 4096)?;
+    let mut g = Graph::new(&d)?;
+    {
+        let mut b = g.builder();
+        let cond = b.conditional(Some(true))?;
+        let r = b.add_if::<cuda_core::Error>(&cond, &[], |body| {
+            body.add_memset(&mut x, 1u32, &[])?;
+            Err(cuda_core::Error::InvalidArgument("a body that fails (on purpose)".into()))
+        });
+        ensure(r.is_err(), "the body's error is returned")?;
+        b.add_memset(&mut x, 2u32, &[])?;
+    }
+    let types = g.node_types()?;
+    ensure(
+        !types.contains(&NodeType::Conditional) && types.len() == 1,
+        format!("only the parent's memset is left: {types:?}"),
+    )?;
+    CudaGraph::from_graph(&s, g, CaptureOptions::default())?.launch().sync_on(&s)?;
+    ensure(x.to_vec()?.iter().all(|&v| v == 2), "the parent's memset alone wrote x")
 }
 
 fn conditional_while_counts_to_n() -> TestResult {

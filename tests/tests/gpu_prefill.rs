@@ -579,6 +579,30 @@ fn shared_budget_eviction() -> TestResult {
     ensure(m.last_prefill_logits()? == first, "a recaptured prefill bucket reproduces its logits")
 }
 
+/// A bucket evicted and captured again takes the last results that lived in it with it: with one
+/// decode and one prefill bucket and a budget that holds one, `capture_all` evicts the prefill
+/// bucket and captures it again (fresh, its warm-up output in its buffers). Found by review: `last_prefill_logits` (and `last_logits`) then returned the new
+/// bucket's warm-up output as the last results. (The decode side, `last_logits`, is cleared the same
+/// way; `capture_all` captures decode buckets first, so this sequence cannot leave one recaptured.)
+fn eviction_forgets_the_last_results() -> TestResult {
+    let s = stream()?;
+    let o = ModelOptions { graph_budget_bytes: 1, buckets: vec![1], prefill_buckets: vec![16], ..opts() };
+    let mut m = random_model(&s, o)?;
+    m.prefill(&[PrefillSeq { slot: 0, start: 0, tokens: &[5, 6, 7], want_next: true }])?;
+    let logits = m.last_prefill_logits()?;
+    ensure(logits.iter().all(|v| v.is_finite()) && logits.iter().any(|&v| v != 0.0), "the prefill's logits")?;
+    m.capture_all()?;
+    ensure(
+        m.prefill_buckets().len() == 1 && m.buckets().is_empty(),
+        "the prefill bucket captured again, last",
+    )?;
+    let e = m.last_prefill_logits();
+    ensure(
+        e.is_err(),
+        format!("the last prefill's logits after its bucket was recaptured: {:?}", e.map(|l| l.len())),
+    )
+}
+
 /// The reference directory of `gpu_llama`: `LLAMA_REF_DIR`, or the script's output.
 fn reference_dir() -> Result<PathBuf, Failed> {
     if let Ok(d) = std::env::var("LLAMA_REF_DIR") {
@@ -735,6 +759,7 @@ fn main() {
         .gpu("piece_alone_in_bucket_is_bit_identical", piece_alone_in_bucket_is_bit_identical)
         .gpu("refusals", refusals)
         .gpu("shared_budget_eviction", shared_budget_eviction)
+        .gpu("eviction_forgets_the_last_results", eviction_forgets_the_last_results)
         .gpu("hf_reference_prefill", hf_reference_prefill)
         .gpu("prefill_sampled_draws", prefill_sampled_draws);
     s.run()

@@ -21,6 +21,9 @@ use std::sync::Arc;
 pub struct Scope<'s> {
     pub(crate) stream: &'s Stream,
     pub(crate) graph_id: u64,
+    /// The capture this scope began ([`Stream::capture_id`]): handles are handed out, and the
+    /// graph is taken, only while it is still the one open on the stream.
+    pub(crate) capture: u64,
     pub(crate) _not_send: PhantomData<*const ()>,
 }
 
@@ -38,14 +41,18 @@ impl Scope<'_> {
     /// parameter in the instantiated graph without recapture.
     ///
     /// # Errors
-    /// [`DeviceError::Misuse`] if the op's last recorded work is not a launch of its kernel; the
-    /// op's errors; driver errors.
+    /// [`DeviceError::Misuse`] if the op's last recorded work is not a launch of its kernel;
+    /// `cuda_core::Error::Capture` if the scope's capture is no longer the one open on the stream
+    /// (the closure ended it); the op's errors; driver errors.
     pub fn record_param<O: TunableParam>(&mut self, op: O) -> Result<(O::Output, ParamHandle<O::Param>)> {
         let expected = O::function(self.stream.device())?;
+        self.still_open()?;
         let before = self.stream.last_captured_kernel_node()?;
         let out = self.record(op)?;
         let not_it =
             || DeviceError::Misuse("record_param: the op's last recorded work is not its kernel".into());
+        // The node must belong to this scope's capture, whose graph the `CudaGraph` will hold.
+        self.still_open()?;
         let node = self.stream.last_captured_kernel_node()?.ok_or_else(not_it)?;
         if Some(node) == before {
             // The op recorded nothing (e.g. empty buffers): the frontier is an earlier node.
@@ -60,6 +67,19 @@ impl Scope<'_> {
         Ok((out, ParamHandle { graph_id: self.graph_id, node, params, index: O::INDEX, _p: PhantomData }))
     }
 }
+
+impl Scope<'_> {
+    /// `Ok` while the capture this scope began is the one open on its stream.
+    fn still_open(&self) -> Result<()> {
+        if self.stream.capture_id() != Some(self.capture) {
+            return Err(cuda_core::Error::Capture(SCOPE_CAPTURE_REPLACED).into());
+        }
+        Ok(())
+    }
+}
+
+const SCOPE_CAPTURE_REPLACED: &str =
+    "the scope's capture is no longer the one open on its stream (ended inside the closure)";
 
 /// Ends a capture if the closure unwinds, so the stream and context stay usable.
 struct EndOnUnwind<'a> {
@@ -87,9 +107,18 @@ pub(crate) fn record<R>(
 ) -> Result<(Graph, R)> {
     let _guard = lock::acquire("a graph capture started inside another op's execution")?;
     stream.begin_capture(options.mode)?;
+    let capture = stream.capture_id().ok_or(cuda_core::Error::Capture(SCOPE_CAPTURE_REPLACED))?;
     let mut end = EndOnUnwind { stream, armed: true };
-    let out = f(&mut Scope { stream, graph_id: id, _not_send: PhantomData });
+    let out = f(&mut Scope { stream, graph_id: id, capture, _not_send: PhantomData });
     end.armed = false;
+    // A closure that ended the scope's capture (and perhaps began another) must not have the
+    // graph of another capture taken for the scope's: its handles name nodes of the first.
+    if stream.capture_id() != Some(capture) {
+        if stream.capture_id().is_some() {
+            let _ = stream.end_capture();
+        }
+        return Err(cuda_core::Error::Capture(SCOPE_CAPTURE_REPLACED).into());
+    }
     let graph = stream.end_capture();
     let out = out?;
     Ok((graph?, out))

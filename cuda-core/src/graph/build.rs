@@ -278,8 +278,24 @@ impl<'g> GraphBody<'g> {
         f: impl FnOnce(&[sys::CUgraphNode]) -> Result<sys::CUgraphNode>,
     ) -> Result<Node> {
         let node = self.add(deps, f)?;
-        self.order_after_conflicts(node.raw, deps, uses)?;
+        if let Err(e) = self.order_after_conflicts(node.raw, deps, uses) {
+            self.remove_unordered(node.raw);
+            return Err(e);
+        }
         Ok(node)
+    }
+
+    /// Removes a node that was added but could not be ordered after the earlier nodes that
+    /// conflict with it (found by review: left in the graph, it raced them). Its implicit edges
+    /// are forgotten too (a later node could get the same handle). If the driver cannot remove
+    /// it, no node touching buffers is accepted any more.
+    pub(crate) fn remove_unordered(&mut self, node: sys::CUgraphNode) {
+        self.access.implicit.retain(|&(_, to)| to != node as usize);
+        // SAFETY: a live node of this body's graph, added by this builder, whose handle the
+        // callers drop without using it again.
+        if unsafe { result::graph_destroy_node(node) }.is_err() {
+            self.access.poisoned = true;
+        }
     }
 
     /// The implicit edges of [`NodeAccessMap`] for `node`, then the record of its uses.

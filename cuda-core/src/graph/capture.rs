@@ -96,6 +96,16 @@ impl Stream {
         res
     }
 
+    /// The id of the capture open on this stream through this crate (unique in the process, never
+    /// reused), or `None` when none is. A caller that began a capture can check with it, before it
+    /// ends the capture, that the capture open now is still its own: `cuda_async`'s
+    /// `CudaGraph::scope` does (found by review: a closure that ended the scope's capture and
+    /// began another one got a graph from the second, and parameter handles of nodes of the
+    /// first, destroyed, graph).
+    pub fn capture_id(&self) -> Option<u64> {
+        self.lock().capture.as_ref().map(|c| c.id)
+    }
+
     /// Ends the capture and returns the captured graph, which keeps every allocation the recorded
     /// work uses alive. If the capture was invalidated, the error says so
     /// (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`) and the stream is back to normal.

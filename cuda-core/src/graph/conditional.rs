@@ -119,12 +119,21 @@ impl<'g> GraphBody<'g> {
             bodies: self.bodies,
             access: self.access,
         };
-        body(&mut b)?;
+        // A body that fails leaves no node behind: the conditional node (with its partial body)
+        // is removed, as a node that could not be ordered is (found by review: left in the graph
+        // without the parent's implicit edges, the body's writes raced the parent's nodes).
+        if let Err(e) = body(&mut b) {
+            self.remove_unordered(raw);
+            return Err(e);
+        }
         // The node as a whole may write everything its body touches: order it after the parent's
         // earlier conflicting nodes.
         let uses: Vec<(usize, crate::memory::Access)> =
             self.access.touched(owner.1).into_iter().map(|k| (k, crate::memory::Access::Write)).collect();
-        self.order_after_conflicts(raw, deps, &uses)?;
+        if let Err(e) = self.order_after_conflicts(raw, deps, &uses) {
+            self.remove_unordered(raw);
+            return Err(e.into());
+        }
         Ok(Node { raw, owner: self.owner })
     }
 

@@ -147,6 +147,10 @@ impl KernelCache {
     }
 
     /// Compiles `source` for `device`'s architecture, or returns the cached image.
+    ///
+    /// A compilation that may read headers from disk (an include path or pre-included file among
+    /// `options`, or a quoted `#include` in `source`) is never cached: the key covers only the
+    /// text given here.
     pub fn compile(
         &self,
         device: &Device,
@@ -155,6 +159,11 @@ impl KernelCache {
         options: &[String],
     ) -> Result<CompiledKernel> {
         let arch = device.sm_arch()?;
+        if reads_files(source, options) {
+            // Not cached: the key covers the text given here, not headers read from disk.
+            let image = Arc::new(compile_cubin(program, source, &arch, options)?);
+            return Ok(CompiledKernel { image, origin: CacheOrigin::Compiled });
+        }
         let key = key(source, options, &arch)?;
         if let Some(img) = self.memory.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(CompiledKernel { image: img.clone(), origin: CacheOrigin::Memory });
@@ -190,18 +199,44 @@ impl KernelCache {
     }
 }
 
+/// Whether compiling `source` with `options` may read files (headers) that the cache key cannot
+/// cover: an include path or pre-included file among the options, or a quoted `#include` in the
+/// source. Such compilations are not cached, in memory or on disk. Found by review: a header
+/// changed on disk was ignored (same key), and the old binary launched for a kernel whose
+/// arguments the caller had vouched for against the new one. Angle-bracket includes without an
+/// include path resolve to NVRTC's built-in headers, which the key's NVRTC version covers.
+fn reads_files(source: &str, options: &[String]) -> bool {
+    let reads = ["-I", "--include-path", "--pre-include", "-include"];
+    options.iter().any(|o| reads.iter().any(|r| o.starts_with(r)))
+        || source.lines().any(|l| {
+            let l = l.trim_start();
+            l.starts_with('#')
+                && l[1..]
+                    .trim_start()
+                    .strip_prefix("include")
+                    .is_some_and(|r| r.trim_start().starts_with('"'))
+        })
+}
+
 fn key(source: &str, options: &[String], arch: &str) -> Result<[u8; 32]> {
-    let (major, minor) = nvrtc_version()?;
+    Ok(key_with(nvrtc_version()?, source, options, arch))
+}
+
+/// The cache key. Every option and the source go in with their lengths first, so that no two
+/// different option lists and sources hash the same bytes (found by review: options joined with
+/// NUL let `["-DA\0\x01s"]` with source `""` collide with `["-DA"]` with source `"s"`).
+fn key_with((major, minor): (i32, i32), source: &str, options: &[String], arch: &str) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update(MAGIC);
     h.update(format!("nvrtc {major}.{minor}\0arch {arch}\0").as_bytes());
+    h.update((options.len() as u64).to_le_bytes());
     for o in options {
+        h.update((o.len() as u64).to_le_bytes());
         h.update(o.as_bytes());
-        h.update([0]);
     }
-    h.update([1]);
+    h.update((source.len() as u64).to_le_bytes());
     h.update(source.as_bytes());
-    Ok(h.finalize().into())
+    h.finalize().into()
 }
 
 /// What the disk holds for a key.
@@ -325,6 +360,29 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("cuda-core-cache-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
+    }
+
+    #[test]
+    fn keys_of_different_inputs_differ() {
+        let o = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let k = |src: &str, opts: &[&str]| key_with((13, 0), src, &o(opts), "sm_90");
+        assert_ne!(k("", &["-DA\0\x01s"]), k("s", &["-DA"]), "a NUL inside an option");
+        assert_ne!(k("", &["-DA", "-DB"]), k("", &["-DA\0-DB"]));
+        assert_ne!(k("x", &[]), k("x", &[""]));
+        assert_eq!(k("x", &["-DA"]), k("x", &["-DA"]));
+        assert_ne!(key_with((13, 0), "x", &[], "sm_90"), key_with((13, 1), "x", &[], "sm_90"));
+    }
+
+    #[test]
+    fn compilations_that_read_headers_from_disk_are_not_cached() {
+        let o = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(reads_files("", &o(&["-I/inc"])));
+        assert!(reads_files("", &o(&["--include-path=/inc"])));
+        assert!(reads_files("", &o(&["--pre-include=a.h"])));
+        assert!(reads_files("#include \"shape.h\"\n", &[]));
+        assert!(reads_files("  #  include   \"shape.h\"\n", &[]));
+        assert!(!reads_files("#include <cuda_fp16.h>\n", &o(&["-DN=4", "--use_fast_math"])));
+        assert!(!reads_files("// see #include \"x.h\" in the docs\n", &[]));
     }
 
     #[test]

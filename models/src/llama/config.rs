@@ -230,6 +230,24 @@ impl LlamaConfig {
         if !(self.rms_eps > 0.0 && self.rope_theta > 0.0) {
             return Err(bad("config: rms_norm_eps and rope_theta must be positive".into()));
         }
+        if let Some(r) = self.rope_llama3 {
+            let finite = [r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_position];
+            if !(finite.iter().all(|v| v.is_finite() && *v > 0.0) && r.low_freq_factor < r.high_freq_factor) {
+                return Err(bad(format!(
+                    "config: rope_scaling {r:?}: factor, the frequency factors and \
+                     original_max_position_embeddings must be finite and positive, low_freq_factor \
+                     below high_freq_factor"
+                )));
+            }
+        }
+        // Every rotary frequency finite and positive (found by review: a zero scaling factor or
+        // a tiny rope_theta made them infinite, every logit NaN, and every step's token u32::MAX).
+        if let Some(f) = self.inv_freq().into_iter().find(|f| !(f.is_finite() && *f > 0.0)) {
+            return Err(bad(format!(
+                "config: rope_theta {} gives a rotary frequency of {f}: every frequency must be finite and positive",
+                self.rope_theta
+            )));
+        }
         Ok(())
     }
 
@@ -340,6 +358,25 @@ impl LlamaConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rotary_settings_that_give_non_finite_frequencies_are_refused() {
+        let ok = LlamaConfig::llama_3_2_1b();
+        assert!(ok.validate().is_ok());
+        let mut c = ok.clone();
+        c.rope_llama3 = c.rope_llama3.map(|r| Llama3Rope { factor: 0.0, ..r });
+        assert!(c.validate().is_err(), "a zero scaling factor");
+        let mut c = ok.clone();
+        c.rope_llama3 =
+            c.rope_llama3.map(|r| Llama3Rope { low_freq_factor: 4.0, high_freq_factor: 4.0, ..r });
+        assert!(c.validate().is_err(), "equal frequency factors");
+        let mut c = ok.clone();
+        c.rope_llama3 = None;
+        c.rope_theta = 1e-300;
+        assert!(c.validate().is_err(), "a tiny rope_theta");
+        c.rope_theta = f64::INFINITY;
+        assert!(c.validate().is_err(), "an infinite rope_theta");
+    }
 
     /// Llama 3's scaled inverse frequency of index `i`, in `f64`, written from its definition
     /// (Meta's `apply_scaling`): with `wavelen = 2π / freq`, keep high frequencies

@@ -247,9 +247,17 @@ impl LlamaModel {
                 format!("invalid options {opts:?}: slots, max_seq and buckets must be positive"),
             ));
         }
+        let largest = kernels::llama::MAX_BATCH;
+        // Decode buckets have the kernels' row limit too (found by review: a larger one was
+        // accepted and every step that landed in it failed at capture).
+        if opts.buckets.last().is_some_and(|&b| b > largest) {
+            return Err(DeviceError::shape(
+                "LlamaModel::new",
+                format!("invalid buckets {:?}: each 1 to {largest}", opts.buckets),
+            ));
+        }
         opts.prefill_buckets.sort_unstable();
         opts.prefill_buckets.dedup();
-        let largest = kernels::llama::MAX_BATCH;
         if opts.prefill_buckets.first().is_none_or(|&b| b == 0)
             || opts.prefill_buckets.last().is_some_and(|&b| b > largest)
         {
@@ -614,7 +622,9 @@ impl LlamaModel {
     fn read_next(&self, n: usize) -> Result<Vec<u32>> {
         let (batch, _) = self.last_rows.ok_or_else(|| misuse("no step has completed".into()))?;
         let b = self.buckets.get(&batch).ok_or_else(|| misuse("bucket evicted".into()))?;
-        Ok(b.out_next.as_slice()?[..n].to_vec())
+        let next = b.out_next.as_slice()?[..n].to_vec();
+        in_vocab(next.iter().copied(), self.cfg.vocab)?;
+        Ok(next)
     }
 
     /// Runs one decode step for `rows` (one replay of their bucket's graph) and returns the
@@ -734,7 +744,8 @@ impl LlamaModel {
     /// # Errors
     /// An empty prompt, a prompt plus `n` longer than the cache, and as for [`LlamaModel::step`].
     pub fn generate(&mut self, slot: u32, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
-        if prompt.is_empty() || prompt.len() + n > self.opts.max_seq {
+        // `checked_add`: a huge `n` must be refused, not wrap past the check (found by review).
+        if prompt.is_empty() || prompt.len().checked_add(n).is_none_or(|t| t > self.opts.max_seq) {
             return Err(misuse(format!(
                 "a prompt of {} tokens plus {n} generated does not fit {} positions (or the prompt is empty)",
                 prompt.len(),
@@ -772,5 +783,18 @@ impl Module for LlamaModel {
 
     async fn forward_async(&mut self, input: Vec<Row>) -> Result<Vec<u32>> {
         self.step_async(&input).await
+    }
+}
+
+/// Refuses tokens outside the vocabulary among a step's or prefill's results: the argmax of a row
+/// whose logits are all NaN (NaN or infinite weights) is `u32::MAX`. Found by review: such a token
+/// was handed out, and a server fed it back in its next step.
+pub(super) fn in_vocab(tokens: impl IntoIterator<Item = u32>, vocab: usize) -> Result<()> {
+    match tokens.into_iter().find(|&t| t as usize >= vocab) {
+        Some(t) => Err(DeviceError::shape(
+            "reading a step's tokens",
+            format!("token {t} is outside the vocabulary of {vocab} (NaN logits: NaN or infinite weights?)"),
+        )),
+        None => Ok(()),
     }
 }

@@ -28,10 +28,24 @@ impl LlamaModel {
         let decode = self.buckets.iter().min_by_key(|(_, b)| b.last_used).map(|(&k, b)| (b.last_used, k));
         let prefill =
             self.prefill.buckets.iter().min_by_key(|(_, b)| b.last_used).map(|(&k, b)| (b.last_used, k));
+        // The last step's or prefill's results live in the evicted bucket's buffers: they are
+        // gone with it, also if a bucket of the same size is captured again later (found by
+        // review: `last_logits`/`last_prefill_logits` then read the new bucket's warm-up output).
+        let mut evict_prefill = |chunk: usize| {
+            if self.prefill.last.is_some_and(|(c, _)| c == chunk) {
+                self.prefill.last = None;
+            }
+            self.prefill.buckets.remove(&chunk).is_some()
+        };
         let evicted = match (decode, prefill) {
-            (Some(d), Some(p)) if p.0 < d.0 => self.prefill.buckets.remove(&p.1).is_some(),
-            (Some(d), _) => self.buckets.remove(&d.1).is_some(),
-            (None, Some(p)) => self.prefill.buckets.remove(&p.1).is_some(),
+            (Some(d), Some(p)) if p.0 < d.0 => evict_prefill(p.1),
+            (None, Some(p)) => evict_prefill(p.1),
+            (Some(d), _) => {
+                if self.last_rows.is_some_and(|(batch, _)| batch == d.1) {
+                    self.last_rows = None;
+                }
+                self.buckets.remove(&d.1).is_some()
+            }
             (None, None) => false,
         };
         self.evictions += u64::from(evicted);
@@ -143,7 +157,9 @@ impl LlamaModel {
         self.prefill.last = Some(ran);
         let (chunk, wanted) = ran;
         let b = self.prefill.buckets.get(&chunk).ok_or_else(|| refuse("bucket evicted".into()))?;
-        let mut next = b.out_next.as_slice()?[..wanted].iter().copied();
+        let got = &b.out_next.as_slice()?[..wanted];
+        crate::llama::model::in_vocab(got.iter().copied(), self.cfg.vocab)?;
+        let mut next = got.iter().copied();
         Ok(seqs.iter().map(|p| if p.want_next { next.next() } else { None }).collect())
     }
 

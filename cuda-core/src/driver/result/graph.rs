@@ -144,6 +144,16 @@ pub(crate) unsafe fn graph_node_get_type(node: sys::CUgraphNode) -> Result<sys::
     Ok(t)
 }
 
+/// `cuGraphDestroyNode`: removes a node (and, for a conditional node, its body) with its edges.
+///
+/// # Safety
+/// `node` must be a live node of a graph that is not used concurrently, and no handle to it may
+/// be used afterwards.
+pub(crate) unsafe fn graph_destroy_node(node: sys::CUgraphNode) -> Result<()> {
+    // SAFETY: the caller's contract.
+    check(unsafe { sys::cuGraphDestroyNode(node) }, "removing a graph node that could not be ordered")
+}
+
 /// `cuGraphAddDependencies_v2`: each `to[i]` depends on `from[i]` (no edge data), described as
 /// `during`.
 ///

@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Each replica owns its graph and activation buffers (weights may be shared between replicas,
 /// e.g. through `Arc`); [`Replicas::forward`] runs one pass on a free replica, or waits (without
 /// blocking the executor thread) for the least recently picked one. Passes on different replicas
-/// run concurrently on their own streams; passes on one replica are serialised by its async mutex,
-/// which is what `Module::forward_async(&mut self)` requires.
+/// run concurrently on their own streams, unless they share buffers: a graph replay counts as a
+/// write of every buffer its graph keeps, so replicas sharing weights replay one after the other
+/// (give each its own copy to overlap them). Passes on one replica are serialised by its async
+/// mutex, which is what `Module::forward_async(&mut self)` requires.
 ///
 /// Only [`Replicable`] modules can be served: since any replica may run any pass, a module that
 /// keeps state between passes (a decoder's per-sequence KV cache) would see a sequence's steps

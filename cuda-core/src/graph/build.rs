@@ -138,6 +138,10 @@ pub(crate) struct NodeAccessMap {
     implicit: std::collections::HashSet<(usize, usize)>,
     /// Set when the uses of existing nodes could not be read: nodes touching buffers are refused.
     poisoned: bool,
+    /// Set when a conditional node was removed (its body failed, or it could not be ordered): its
+    /// conditional handle has no node any more, which the driver refuses at instantiation, so
+    /// the graph is refused with a clear error before that (see [`NodeAccessMap::usable`]).
+    orphaned_handle: bool,
 }
 
 #[derive(Default)]
@@ -176,6 +180,18 @@ impl NodeAccessMap {
     /// A map that refuses every node touching a buffer.
     pub(crate) fn poisoned() -> Self {
         NodeAccessMap { poisoned: true, ..Default::default() }
+    }
+
+    /// `Ok` unless a conditional node was removed from the graph (see `orphaned_handle`).
+    pub(crate) fn usable(&self) -> Result<()> {
+        if self.orphaned_handle {
+            return Err(Error::InvalidArgument(
+                "a conditional node of this graph was removed (its body failed, or it could not be ordered): \
+                 its conditional handle has no node, so the graph cannot be instantiated or nested; build it again"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     /// The allocations touched in body `body` (by identity).
@@ -290,6 +306,12 @@ impl<'g> GraphBody<'g> {
     /// are forgotten too (a later node could get the same handle). If the driver cannot remove
     /// it, no node touching buffers is accepted any more.
     pub(crate) fn remove_unordered(&mut self, node: sys::CUgraphNode) {
+        // SAFETY: a live node of this body's graph.
+        if unsafe { result::graph_node_get_type(node) }
+            .is_ok_and(|t| t == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        {
+            self.access.orphaned_handle = true;
+        }
         self.access.implicit.retain(|&(_, to)| to != node as usize);
         // SAFETY: a live node of this body's graph, added by this builder, whose handle the
         // callers drop without using it again.
@@ -507,6 +529,7 @@ impl<'g> GraphBody<'g> {
     /// for [`GraphBody::add_empty`].
     pub fn add_child(&mut self, child: &Graph, deps: &[Node]) -> Result<Node> {
         self.check_device(&child.device)?;
+        child.usable()?;
         self.keep.merge(&child.keep);
         let (g, c) = (self.raw, child.raw);
         // The child may write anything it keeps.
@@ -523,6 +546,7 @@ impl<'g> GraphBody<'g> {
     /// As for [`GraphBody::add_child`].
     pub fn add_captured(&mut self, graph: &Graph, deps: &[Node]) -> Result<Node> {
         self.check_device(&graph.device)?;
+        graph.usable()?;
         let nodes = graph.nodes()?;
         if let [only] = nodes.as_slice() {
             if node_type(only)? == NodeType::Kernel {

@@ -222,6 +222,12 @@ impl Graph {
         self.lock.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `Ok` unless building removed a conditional node, whose handle the driver would then
+    /// refuse (see `GraphBody::add_if`).
+    pub(crate) fn usable(&self) -> Result<()> {
+        self.access.as_ref().map_or(Ok(()), build::NodeAccessMap::usable)
+    }
+
     /// Number of nodes.
     ///
     /// # Errors
@@ -256,6 +262,7 @@ impl Graph {
                 "InstantiateFlags::UPLOAD needs a stream: use instantiate_and_upload".into(),
             ));
         }
+        self.usable()?;
         self.device.bind()?;
         let _g = self.guard();
         // Held across the instantiation: no event of an event node may belong to a capture.
@@ -460,6 +467,7 @@ impl GraphExec {
     /// # Errors
     /// Driver errors other than the refusal, which is `Ok(ExecUpdate::Refused { .. })`.
     pub fn update(&mut self, graph: &Graph) -> Result<ExecUpdate> {
+        graph.usable()?;
         self.device.bind()?;
         // SAFETY: live handles; `&mut self` excludes concurrent use of the executable graph and
         // the template graph's mutation needs `&mut`.

@@ -101,6 +101,29 @@ fn detokenizer_never_emits_half_a_character() {
 }
 
 #[test]
+fn detokenizer_window_stays_small_on_tokens_that_decode_to_nothing() {
+    let t = TextTokenizer::fixture().unwrap();
+    let mut d = Detokenizer::new();
+    let a = t.token_to_id("a").unwrap();
+    let mut out = d.push(&t, a).unwrap();
+    // <|start_header_id|> decodes to nothing (a special token): 5,000 of them, then text.
+    for _ in 0..5000 {
+        out.push_str(&d.push(&t, 2).unwrap());
+        assert!(d.window() <= 3, "the window grew to {} tokens", d.window());
+    }
+    out.push_str(&d.push(&t, a).unwrap());
+    out.push_str(&d.flush(&t).unwrap());
+    assert_eq!(out, "aa");
+    // Lone continuation bytes never complete a character: they come out after a few tokens.
+    let mut d = Detokenizer::new();
+    let cont = t.token_to_id(&byte_char(0x80).to_string()).unwrap();
+    for _ in 0..1000 {
+        d.push(&t, cont).unwrap();
+        assert!(d.window() <= 20, "the window grew to {} tokens", d.window());
+    }
+}
+
+#[test]
 fn detokenizer_matches_full_decode_on_random_ids() {
     let t = TextTokenizer::fixture().unwrap();
     let mut x = 12345u64;

@@ -109,7 +109,11 @@ pub fn default_device() -> Result<Device> {
 /// is the default device.
 pub fn set_policy(policy: Arc<dyn SchedulingPolicy>) {
     let ordinal = policy.device().ordinal();
-    policies().write().unwrap_or_else(|e| e.into_inner()).insert(ordinal, policy);
+    let replaced = policies().write().unwrap_or_else(|e| e.into_inner()).insert(ordinal, policy);
+    // Dropped after the write lock (a separate statement): a user policy's `Drop` that reached
+    // the scheduler would otherwise wait for a read lock under its own thread's write lock
+    // (found by review: a hang).
+    drop(replaced);
 }
 
 /// The policy of device `ordinal`, created on first use as a [`StreamPoolRoundRobin`] of

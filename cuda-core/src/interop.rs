@@ -16,6 +16,15 @@
 //!   this crate and a cudarc stream; [`Stream::as_cudarc`]: this crate's stream as a (borrowed)
 //!   cudarc stream.
 //!
+//! **What this crate cannot guard.** Its promise covers its own calls. cudarc's safe API can make
+//! calls that this crate orders around itself but cannot see: `CudaContext::synchronize`
+//! (`cuCtxSynchronize`) and global-mode stream captures. Made while this crate captures a stream
+//! on another thread, they break that capture; such races crashed the driver library (SIGSEGV) in
+//! this project's probes, which is why the crate's own device-wide calls wait at an internal gate
+//! that open captures close (`gpu_capture_races`). Mixing the two libraries, keep such calls out
+//! of the time this crate's captures (`CudaGraph::scope`, `graph_on`, a model's bucket capture)
+//! may run (found by review).
+//!
 //! ```no_run
 //! # fn main() -> cuda_core::Result<()> {
 //! use cuda_core::{Device, DeviceBuffer};

@@ -498,6 +498,62 @@ fn staging_round_trips() -> TestResult {
     ensure(host.as_slice()?.iter().all(|&v| v == 11.0), "the download on another stream saw the slow write")
 }
 
+/// A use that drops a foreign mark and then records a new event in the same wait loop still waits
+/// for every stream it must. Found by review: `wait_before` remembered waited events by address;
+/// dropping the destination's last write mark freed its event, the `Arc` of the source's home
+/// mark then reused the address, and the wait on the source's home stream (its allocation and
+/// upload behind a busy queue) was skipped as done. Repeated with fresh buffers, since it hangs on
+/// the allocator's reuse.
+fn a_freed_mark_never_stands_in_for_a_new_wait() -> TestResult {
+    let d = Device::new(0)?;
+    let (h, h2, x) = (d.new_stream()?, d.new_stream()?, d.new_stream()?);
+    let n = 1 << 16;
+    for round in 0..20u32 {
+        let mut dst = DeviceBuffer::<f32>::zeros(&h, n)?;
+        dst.fill(&x, 7.0)?; // dst's write mark (on x) is the only holder of its event
+        let mut busy = DeviceBuffer::<f32>::zeros(&h2, 1024)?;
+        // SAFETY: the output (the buffer's handle) is not read before the work is done: `busy`
+        // is only dropped, which the free orders after the spin.
+        unsafe { SpinWrite { buf: &mut busy, ns: 20_000_000, v: 1.0 }.async_on(&h2)? }; // h2 busy for 20 ms
+        let want = vec![round as f32 + 0.5; n];
+        let src = DeviceBuffer::from_host(&h2, &want)?; // queued behind the spin
+        dst.copy_from_device(&h, &src)?; // must wait for h2 (src's home), not only for x
+        ensure(dst.to_vec()? == want, format!("round {round}: the copy read its source before its upload"))?;
+    }
+    Ok(())
+}
+
+/// Marks that hold the last handles of a stream being captured are dropped after the locks of the
+/// use that retires them. Found by review: dropped under the home stream's lock, the last handle's
+/// drop abandoned the capture, whose kept allocation (homed on that same stream) then took the
+/// lock again: a deadlock of one thread. Run on a thread and waited for at most 20 s.
+fn retired_marks_are_dropped_after_the_locks() -> TestResult {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let run = || -> TestResult {
+            let d = Device::new(0)?;
+            let (h, y) = (d.new_stream()?, d.new_stream()?);
+            let mut b = DeviceBuffer::<u32>::zeros(&h, 1024)?;
+            let mut out = DeviceBuffer::<u32>::zeros(&h, 1024)?;
+            out.copy_from_device(&y, &b)?; // marks on y in `b` and `out` hold handles of y
+            let mut c = DeviceBuffer::<u32>::zeros(&h, 1024)?;
+            y.begin_capture(cuda_core::CaptureMode::ThreadLocal)?;
+            c.fill(&y, 1)?; // the capture keeps `c` (homed on h)
+            drop(c);
+            drop(y); // not abandoned yet: the marks still hold y
+            out.fill(&h, 0)?; // retires out's write mark on y
+            b.fill(&h, 0)?; // retires b's read mark: the last handle of y
+            h.synchronize()?;
+            ensure(b.to_vec()? == vec![0; 1024] && out.to_vec()? == vec![0; 1024], "the fills ran")
+        };
+        let _ = tx.send(run().map_err(|e| format!("{e:?}")));
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+        Ok(r) => r.map_err(|e| e.into()),
+        Err(_) => Err("a use that retired the last handle of a capturing stream deadlocked".into()),
+    }
+}
+
 fn main() {
     let mut s = Suite::new();
     // The tests that time overlap run alone: another test's kernels can fill the GPU and
@@ -512,6 +568,8 @@ fn main() {
         .gpu_alone("concurrent_ops_join_back", concurrent_ops_join_back)
         .gpu("concurrent_ops_fork_after_the_caller", concurrent_ops_fork_after_the_caller)
         .gpu("zip_concurrent_in_a_capture", zip_concurrent_in_a_capture)
-        .gpu("staging_round_trips", staging_round_trips);
+        .gpu("staging_round_trips", staging_round_trips)
+        .gpu("a_freed_mark_never_stands_in_for_a_new_wait", a_freed_mark_never_stands_in_for_a_new_wait)
+        .gpu("retired_marks_are_dropped_after_the_locks", retired_marks_are_dropped_after_the_locks);
     s.run()
 }

@@ -52,11 +52,16 @@ impl AccessState {
         self.write.iter().chain(self.reads.iter()).map(|m| &m.event)
     }
 
-    /// Records a read on a foreign stream (`mark`), replacing that stream's earlier read mark.
-    pub(crate) fn add_read(&mut self, mark: Mark) {
+    /// Records a read on a foreign stream (`mark`), replacing that stream's earlier read mark,
+    /// which is returned (for the caller to drop after its locks, see `order::Retired`).
+    #[must_use]
+    pub(crate) fn add_read(&mut self, mark: Mark) -> Option<Mark> {
         match self.reads.iter_mut().find(|m| m.stream == mark.stream) {
-            Some(m) => *m = mark,
-            None => self.reads.push(mark),
+            Some(m) => Some(std::mem::replace(m, mark)),
+            None => {
+                self.reads.push(mark);
+                None
+            }
         }
     }
 }

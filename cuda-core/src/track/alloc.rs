@@ -122,9 +122,13 @@ impl Drop for Allocation {
         if self.ptr == 0 {
             return;
         }
+        // Declared before the lock guard, so dropped after it: its marks may hold the last handles
+        // of their streams (see `order::Retired`; found by review: dropped under the home
+        // stream's lock, they could deadlock).
+        let access: super::access::AccessState;
         // Under the home stream's lock: a capture cannot begin between the check and the free.
         let mut state = self.stream.lock();
-        let access = std::mem::take(&mut *self.access());
+        access = std::mem::take(&mut *self.access());
         let waits: Vec<_> = access.all_marks().cloned().collect();
         let Some(waits) = defer_free(&mut state, self.ptr, waits) else {
             return;

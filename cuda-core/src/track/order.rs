@@ -114,6 +114,8 @@ pub(crate) fn ordered<R, U: UseRef>(
     let uses = || uses.iter().filter_map(UseRef::get);
     if serial.is_empty() && uses().all(|(a, _)| a.stream == *on) {
         // Fast path: one stream, one lock; nothing to record unless another stream used the memory.
+        // Marks that are done with are dropped after the lock (declared before it): see `Retired`.
+        let mut retired = Retired::default();
         let mut state = on.lock();
         if let Mode::Captured(k) = state.mode()? {
             return captured(k, in_capture, keep, enqueue);
@@ -129,7 +131,7 @@ pub(crate) fn ordered<R, U: UseRef>(
             // for the next use (and the last free) to wait on.
             if let Some(m) = &st.write {
                 on.wait_unchecked(&m.event)?;
-                st.write = None;
+                retired.0.extend(st.write.take());
             }
             match kind {
                 Access::Read => st.home_read = true,
@@ -137,7 +139,7 @@ pub(crate) fn ordered<R, U: UseRef>(
                     for m in &st.reads {
                         on.wait_unchecked(&m.event)?;
                     }
-                    st.reads.clear();
+                    retired.0.append(&mut st.reads);
                     st.home_read = false;
                 }
             }
@@ -146,6 +148,7 @@ pub(crate) fn ordered<R, U: UseRef>(
         return enqueue();
     }
     let homes = uses().map(|(a, _)| &a.stream);
+    let mut retired = Retired::default();
     let mut locked = Locked::new(std::iter::once(on).chain(homes).chain(serial.iter().copied()));
     for h in uses().map(|(a, _)| &a.stream).chain(serial.iter().copied()).filter(|h| *h != on) {
         if locked.state(h).capture.is_some() {
@@ -157,7 +160,7 @@ pub(crate) fn ordered<R, U: UseRef>(
     if let Mode::Captured(k) = locked.state(on).mode()? {
         return captured(k, in_capture, keep, enqueue);
     }
-    wait_before(on, uses())?;
+    wait_before(on, uses(), &mut retired)?;
     for s in serial.iter().filter(|s| **s != on) {
         join_unchecked(on, s)?;
     }
@@ -181,7 +184,7 @@ pub(crate) fn ordered<R, U: UseRef>(
     } else {
         None
     };
-    mark_after(on, uses(), mark.as_ref());
+    mark_after(on, uses(), mark.as_ref(), &mut retired);
     if let Some(ev) = &mark {
         for s in serial.iter().filter(|s| **s != on) {
             s.wait_unchecked(ev)?;
@@ -210,12 +213,19 @@ fn captured<R>(
 /// The waits before a use on `on` (see the module docs): for each allocation, the last write
 /// (and, for a write, the reads since), each event waited for once. The caller holds the locks of
 /// `on` and of every home stream of `uses`, and has checked that none of them is being captured.
-fn wait_before<'u>(on: &Stream, uses: impl Iterator<Item = (&'u Arc<Allocation>, Access)>) -> Result<()> {
-    let mut waited: Vec<*const PooledEvent> = Vec::new();
+fn wait_before<'u>(
+    on: &Stream,
+    uses: impl Iterator<Item = (&'u Arc<Allocation>, Access)>,
+    retired: &mut Retired,
+) -> Result<()> {
+    // The events waited for, held (not their addresses): a mark dropped in this loop could free
+    // an event whose address a new `Arc` then reuses, and its wait would be skipped as done
+    // (found by review: a copy read its source before the source's upload on another stream).
+    let mut waited: Vec<Arc<PooledEvent>> = Vec::new();
     let mut home_marks: Vec<(Stream, Arc<PooledEvent>)> = Vec::new();
     let mut wait = |ev: &Arc<PooledEvent>| -> Result<()> {
-        if !waited.contains(&Arc::as_ptr(ev)) {
-            waited.push(Arc::as_ptr(ev));
+        if !waited.iter().any(|w| Arc::ptr_eq(w, ev)) {
+            waited.push(ev.clone());
             on.wait_unchecked(ev)?;
         }
         Ok(())
@@ -248,7 +258,7 @@ fn wait_before<'u>(on: &Stream, uses: impl Iterator<Item = (&'u Arc<Allocation>,
         }
         if home == on && st.write.is_some() {
             // The home stream now waits for the foreign write: its order covers it from here on.
-            st.write = None;
+            retired.0.extend(st.write.take());
         }
     }
     Ok(())
@@ -261,23 +271,26 @@ fn mark_after<'u>(
     on: &Stream,
     uses: impl Iterator<Item = (&'u Arc<Allocation>, Access)>,
     mark: Option<&Arc<PooledEvent>>,
+    retired: &mut Retired,
 ) {
     for (a, kind) in uses {
         let mut st = a.access();
         let on_home = a.stream == *on;
         match (kind, on_home, mark) {
             (Access::Write, true, _) => {
-                st.write = None;
-                st.reads.clear();
+                retired.0.extend(st.write.take());
+                retired.0.append(&mut st.reads);
                 st.home_read = false;
             }
             (Access::Read, true, _) => st.home_read = true,
             (Access::Write, false, Some(ev)) => {
-                st.write = Some(Mark { stream: on.clone(), event: ev.clone() });
-                st.reads.clear();
+                retired.0.extend(st.write.replace(Mark { stream: on.clone(), event: ev.clone() }));
+                retired.0.append(&mut st.reads);
                 st.home_read = false;
             }
-            (Access::Read, false, Some(ev)) => st.add_read(Mark { stream: on.clone(), event: ev.clone() }),
+            (Access::Read, false, Some(ev)) => {
+                retired.0.extend(st.add_read(Mark { stream: on.clone(), event: ev.clone() }))
+            }
             (_, false, None) => {} // unreachable: a foreign use always records a mark
         }
         a.foreign.store(st.write.is_some() || !st.reads.is_empty(), Ordering::Relaxed);
@@ -301,6 +314,7 @@ pub(crate) fn ordered_group<R>(
 ) -> Result<R> {
     let streams =
         parts.iter().flat_map(|(on, uses)| std::iter::once(*on).chain(uses.iter().map(|(a, _)| &a.stream)));
+    let mut retired = Retired::default();
     let mut locked = Locked::new(streams.clone());
     for s in streams {
         if locked.state(s).capture.is_some() {
@@ -309,7 +323,7 @@ pub(crate) fn ordered_group<R>(
     }
     for (on, uses) in parts {
         on.device().bind()?;
-        wait_before(on, uses.iter().copied())?;
+        wait_before(on, uses.iter().copied(), &mut retired)?;
     }
     let out = enqueue();
     // Marks after the work (also if `enqueue` failed part-way: conservative).
@@ -334,10 +348,19 @@ pub(crate) fn ordered_group<R>(
         }
     }
     for ((on, uses), mark) in parts.iter().zip(&marks) {
-        mark_after(on, uses.iter().copied(), mark.as_ref());
+        mark_after(on, uses.iter().copied(), mark.as_ref(), &mut retired);
     }
     out
 }
+
+/// Marks an ordered enqueue is done with, dropped only after its stream locks: a mark holds a
+/// handle of its stream, and dropping the last handle of a stream that is being captured abandons
+/// the capture, which takes that stream's lock and drops the capture's keep-alive set (whose
+/// allocations take their home streams' locks). Dropped under locks, that deadlocked on a lock
+/// the thread held, or against a thread capturing (found by review). Each function declares its
+/// `Retired` before its lock guards, so it is dropped after them.
+#[derive(Default)]
+pub(crate) struct Retired(pub(crate) Vec<Mark>);
 
 /// A private pooled event recorded behind everything queued on `s` so far. The caller holds `s`'s
 /// lock and has checked that it is not being captured.

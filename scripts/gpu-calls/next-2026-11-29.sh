@@ -1,3 +1,4 @@
+# Run as calls a and b of the 2026-11-28d session (docs/results/gpu-runs-2026-11-28d.md), as below.
 # What the 2026-11-28c session left to run on the final build (docs/results/gpu-runs-2026-11-28c.md,
 # "Not run on the final build"), as two device calls: `bash THIS a` then `bash THIS b`.
 # The session left .gpu-tar/ ready for its final library (bundle.tar.xz, commit, and the mutation
@@ -42,7 +43,8 @@ if [ "$1" = a ]; then
   for s in gpu_capture_races gpu_completion gpu_graph_build gpu_soundness gpu_core; do bash scripts/gpu-calls/san-job.sh racecheck $s ALL $((END-10)) $L/r | cut -c1-200; done
   grep -hE "FAILED: |failure to track" $L/r/*/san/*.log | head -6 | cut -c1-200
 else
-  # (attn_lab left out on 2026-11-28d: the device start ate 400 s of the budget; see gpu-runs-2026-11-28d.md)
+  nvcc -O3 -std=c++17 -arch=sm_90 -I kernels/cuda scripts/dev/attn_lab.cu -o /tmp/attn_lab > $L/attn_lab_build.log 2>&1; echo "attn_lab build exit $? at $((SECONDS-T0)) s"; grep -iE "error" $L/attn_lab_build.log | head -5
+  timeout 120 /tmp/attn_lab > $OUT/attn-lab-h100.txt 2>&1; echo "attn_lab exit $? at $((SECONDS-T0)) s"; cut -c1-200 $OUT/attn-lab-h100.txt
   timeout 230 .gpu-bundle/bin/bench-decode --ttft 128,512,2048 --torch-modes cudagraph --torch-static-variants cuda_graph,compile_reduce_overhead --torch-ttft 512 --json $OUT/bench-decode-h100-final.json > $L/bench-decode.log 2>&1; echo "bench-decode exit $? at $((SECONDS-T0)) s"; grep -vE "^\s*$|it/s\]" $L/bench-decode.log | grep -E "^ +(1|16|64) |await|median step|early|CPU|OS floor|first token|copy|reduce-overhead|^batch" | head -24 | cut -c1-220
   for n in 32 256; do R=$((END-$(date +%s)-5)); [ $R -gt 20 ] || break; timeout $((R<60?R:60)) .gpu-bundle/bin/llama-server --llama-1b --tokens $n > $L/ls$n.log 2>&1; echo "llama-server --llama-1b --tokens $n exit $? at $((SECONDS-T0)) s"; tail -1 $L/ls$n.log | cut -c1-250; done
 fi

@@ -638,9 +638,27 @@ fn bad_launch_config() -> TestResult {
     still_usable(&d)
 }
 
+/// A `PerDevice` cache used from inside its own `init` answers an error (and `get` answers
+/// `None`) instead of locking itself again (found by review: a deadlock or a mutex panic); after
+/// the failed build the cache builds normally.
+fn per_device_reentry_is_an_error() -> TestResult {
+    static C: cuda_core::PerDevice<u32> = cuda_core::PerDevice::new();
+    let d = cuda_core::Device::new(0)?;
+    let r = C.get_or_try_init(&d, || {
+        if C.get(&d).is_some() {
+            return Ok(0);
+        }
+        C.get_or_try_init(&d, || Ok(1)).map(|v| *v)
+    });
+    ensure(matches!(r, Err(cuda_core::Error::InvalidArgument(_))), format!("re-entry: {r:?}"))?;
+    ensure(C.get(&d).is_none(), "nothing was cached")?;
+    ensure(*C.get_or_try_init(&d, || Ok(5))? == 5 && C.get(&d) == Some(&5), "a later build")
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("device_query", device_query)
+        .gpu("per_device_reentry_is_an_error", per_device_reentry_is_an_error)
         .gpu("copy_round_trips", copy_round_trips)
         .gpu("memset_and_fill", memset_and_fill)
         .gpu("kernels_f32", kernels_f32)

@@ -224,12 +224,16 @@ impl Communicator {
         let (comm, rank) = (self.raw(), self.rank());
         stream.device().bind()?;
         crate::track::ordered(stream, &uses, &[], InCapture::Record, keep, || {
+            // The rank's lock before the reservation and across the call: NCCL pairs collectives
+            // in the order they are called, so the order checked must be the order called (found
+            // by review: two threads driving one rank could reserve in one order and call in the
+            // other, pairing collectives of different sizes).
+            let _one_call_at_a_time = self.lock_rank(rank);
             self.group().matching.reserve(&[rank], desc)?;
             if count == 0 {
                 return Ok(());
             }
             stream.device().bind()?;
-            let _one_call_at_a_time = self.lock_rank(rank);
             // SAFETY: `comm` is this live communicator (its group outlives the call, and a graph
             // recording it keeps the group); stream and buffers are of its device (checked) with
             // the lengths `count` needs (checked); `recv` is borrowed mutably, so it aliases

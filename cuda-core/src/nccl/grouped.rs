@@ -112,13 +112,15 @@ pub fn run<T: NcclScalar>(kind: Collective, ranks: &mut [Rank<'_, T>]) -> Result
         .collect();
     let what = "a grouped NCCL collective on a stream being captured (capture one rank per thread instead)";
     crate::track::ordered_group(&parts, what, || {
+        // Every rank's lock (in rank order) before the reservation and across the calls, as in
+        // `Communicator::collective`: the order checked is the order called.
+        let mut by_rank: Vec<&Communicator> = ranks.iter().map(|r| r.comm).collect();
+        by_rank.sort_by_key(|c| c.rank());
+        let _one_call_at_a_time: Vec<_> = by_rank.iter().map(|c| c.lock_rank(c.rank())).collect();
         group.matching.reserve(&all, desc)?;
         if count == 0 {
             return Ok(());
         }
-        let mut by_rank: Vec<&Communicator> = ranks.iter().map(|r| r.comm).collect();
-        by_rank.sort_by_key(|c| c.rank());
-        let _one_call_at_a_time: Vec<_> = by_rank.iter().map(|c| c.lock_rank(c.rank())).collect();
         // SAFETY: (all three) the communicators are live (their group is held by `ranks`); every
         // stream and buffer is of its rank's device with the lengths `count` needs (checked above);
         // each `recv` is borrowed mutably, so it aliases nothing; `ordered_group` queued every

@@ -125,7 +125,13 @@ impl Gemv {
     pub fn fits(rows: usize, in_dim: usize) -> bool {
         match bucket(rows) {
             Some((r, _)) => {
-                rows > 0 && in_dim > 0 && in_dim.is_multiple_of(8) && r * in_dim * 2 <= GEMV_MAX_SHARED
+                // Checked: a huge `in_dim` must not wrap to a size that fits (found by review).
+                rows > 0
+                    && in_dim > 0
+                    && in_dim.is_multiple_of(8)
+                    && r.checked_mul(in_dim)
+                        .and_then(|n| n.checked_mul(2))
+                        .is_some_and(|b| b <= GEMV_MAX_SHARED)
             }
             None => false,
         }
@@ -480,5 +486,18 @@ impl<'a> Preloading<'a> {
         shape: GemvShape,
     ) -> Result<()> {
         self.g.residual_launch(s, x, w, y, shape, self.early)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fits_never_wraps() {
+        assert!(Gemv::fits(1, 2048));
+        assert!(!Gemv::fits(1, 1 << 63), "a size that wraps to 0 does not fit");
+        assert!(!Gemv::fits(1, usize::MAX - 7), "nor one near usize::MAX");
+        assert!(!Gemv::fits(0, 2048) && !Gemv::fits(1, 0) && !Gemv::fits(1, 12));
     }
 }

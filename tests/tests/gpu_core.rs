@@ -648,7 +648,7 @@ fn per_device_reentry_is_an_error() -> TestResult {
         if C.get(&d).is_some() {
             return Ok(0);
         }
-        C.get_or_try_init(&d, || Ok(1)).map(|v| *v)
+        C.get_or_try_init(&d, || Ok(1)).copied()
     });
     ensure(matches!(r, Err(cuda_core::Error::InvalidArgument(_))), format!("re-entry: {r:?}"))?;
     ensure(C.get(&d).is_none(), "nothing was cached")?;

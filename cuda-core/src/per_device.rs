@@ -18,7 +18,7 @@ struct Building(usize);
 
 impl Drop for Building {
     fn drop(&mut self) {
-        BUILDING.with(|b| b.borrow_mut().retain(|&c| c != self.0));
+        let _ = BUILDING.try_with(|b| b.borrow_mut().retain(|&c| c != self.0));
     }
 }
 
@@ -83,7 +83,7 @@ impl<T: Send + Sync + 'static> PerDevice<T> {
             return Ok(v);
         }
         let me = self as *const Self as usize;
-        BUILDING.with(|b| b.borrow_mut().push(me));
+        let _ = BUILDING.try_with(|b| b.borrow_mut().push(me));
         let building = Building(me);
         let built = init();
         drop(building);
@@ -103,6 +103,8 @@ impl<T: Send + Sync + 'static> PerDevice<T> {
     /// Whether this thread is running this cache's `init` (holding its lock).
     fn building_here(&self) -> bool {
         let me = self as *const Self as usize;
-        BUILDING.with(|b| b.borrow().contains(&me))
+        // `try_with`: during the thread's teardown (a thread-local's destructor loading kernels)
+        // the list is gone, and no build of this thread can be running then.
+        BUILDING.try_with(|b| b.borrow().contains(&me)).unwrap_or(false)
     }
 }

@@ -3,13 +3,8 @@
 
 use crate::tokenizer::TextTokenizer;
 
-/// Tokens held back at most while the decoded tail ends in U+FFFD: a UTF-8 character needs at
-/// most 4 bytes, so more held tokens are not one incomplete character (they come out as decoded).
-const MAX_HELD: usize = 8;
-
 /// Turns generated tokens into text deltas, never emitting half a UTF-8 character: while the
-/// decoded tail ends in an incomplete character (U+FFFD), it is held back (up to `MAX_HELD`
-/// tokens).
+/// decoded tail ends in an incomplete character (U+FFFD), it is held back.
 #[derive(Debug, Default)]
 pub struct Detokenizer {
     ids: Vec<u32>,
@@ -31,21 +26,19 @@ impl Detokenizer {
         self.ids.push(id);
         let before = tok.decode(&self.ids[self.prefix..self.read])?;
         let all = tok.decode(&self.ids[self.prefix..])?;
-        // The window moves on when text comes out, and also when the new tokens add none (special
-        // tokens decode to nothing) or hold back more than a character can need: otherwise it
-        // grew with every such token, and each push decoded the whole window twice (found by
-        // review: quadratic CPU on a long stream of them).
-        let held = self.ids.len() - self.read;
-        let incomplete = all.ends_with('\u{FFFD}') && held <= MAX_HELD;
-        if all.len() > before.len() && !incomplete && all.is_char_boundary(before.len()) {
+        if all.len() > before.len() && !all.ends_with('\u{FFFD}') && all.is_char_boundary(before.len()) {
             let delta = all[before.len()..].to_string();
             self.prefix = self.read;
             self.read = self.ids.len();
             Ok(delta)
         } else {
+            // Tokens since `read` that add no text at all (special tokens decode to nothing) are
+            // dropped from the window: otherwise it grew with every such token, and each push
+            // decoded the whole window twice (found by review: quadratic CPU on a long stream of
+            // them). The window keeps its context (`prefix..read`), so a following token decodes
+            // as in the full text (moving `prefix` instead lost a SentencePiece leading space).
             if all == before {
-                self.prefix = self.read;
-                self.read = self.ids.len();
+                self.ids.truncate(self.read);
             }
             Ok(String::new())
         }

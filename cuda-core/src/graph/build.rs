@@ -140,7 +140,9 @@ pub(crate) struct NodeAccessMap {
     poisoned: bool,
     /// Set when a conditional node was removed (its body failed, or it could not be ordered): its
     /// conditional handle has no node any more, which the driver refuses at instantiation, so
-    /// the graph is refused with a clear error before that (see [`NodeAccessMap::usable`]).
+    /// the graph is refused with a clear error before that (see [`NodeAccessMap::usable`]). Set
+    /// too when a node that could not be ordered could not be removed (the driver refuses to
+    /// remove nodes from a graph with memory nodes): it would race the nodes it conflicts with.
     orphaned_handle: bool,
 }
 
@@ -186,8 +188,8 @@ impl NodeAccessMap {
     pub(crate) fn usable(&self) -> Result<()> {
         if self.orphaned_handle {
             return Err(Error::InvalidArgument(
-                "a conditional node of this graph was removed (its body failed, or it could not be ordered): \
-                 its conditional handle has no node, so the graph cannot be instantiated or nested; build it again"
+                "a conditional node of this graph was removed (its body failed), or a node could not be ordered: \
+                 the graph cannot be instantiated or nested; build it again"
                     .into(),
             ));
         }
@@ -301,6 +303,11 @@ impl<'g> GraphBody<'g> {
         Ok(node)
     }
 
+    /// Makes the graph refuse instantiation and nesting (see `NodeAccessMap::usable`).
+    pub(crate) fn mark_orphaned_handle(&mut self) {
+        self.access.orphaned_handle = true;
+    }
+
     /// Removes a node that was added but could not be ordered after the earlier nodes that
     /// conflict with it (found by review: left in the graph, it raced them). Its implicit edges
     /// are forgotten too (a later node could get the same handle). If the driver cannot remove
@@ -317,6 +324,7 @@ impl<'g> GraphBody<'g> {
         // callers drop without using it again.
         if unsafe { result::graph_destroy_node(node) }.is_err() {
             self.access.poisoned = true;
+            self.access.orphaned_handle = true;
         }
     }
 

@@ -123,6 +123,8 @@ impl<'g> GraphBody<'g> {
         // is removed, as a node that could not be ordered is (found by review: left in the graph
         // without the parent's implicit edges, the body's writes raced the parent's nodes).
         if let Err(e) = body(&mut b) {
+            // Marked whatever the driver answers about the node's type (see `remove_unordered`).
+            self.mark_orphaned_handle();
             self.remove_unordered(raw);
             return Err(e);
         }
@@ -131,6 +133,7 @@ impl<'g> GraphBody<'g> {
         let uses: Vec<(usize, crate::memory::Access)> =
             self.access.touched(owner.1).into_iter().map(|k| (k, crate::memory::Access::Write)).collect();
         if let Err(e) = self.order_after_conflicts(raw, deps, &uses) {
+            self.mark_orphaned_handle();
             self.remove_unordered(raw);
             return Err(e.into());
         }

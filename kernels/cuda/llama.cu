@@ -427,10 +427,11 @@ ROPE_ATTENTION_KERNEL(attention_cached_g4_hd64_bf16, 4, 64, true, ATTN_WARPS)
 
 // Greedy argmax in two launches. A (logit, index) pair is packed into 64 bits so that the larger
 // logit wins and, between equal logits, the smaller index: (orderable float bits << 32) |
-// (0xffffffff - index). NaN logits never win; an all-NaN row packs to 0 and decodes to 0xffffffff.
+// (0xffffffff - index). -0.0 packs as +0.0 (they are equal logits, so the smaller index wins
+// between them too). NaN logits never win; an all-NaN row packs to 0 and decodes to 0xffffffff.
 __device__ __forceinline__ unsigned long long pack_arg(float v, unsigned i) {
     if (v != v) return 0ull;
-    unsigned b = __float_as_uint(v);
+    unsigned b = v == 0.f ? 0u : __float_as_uint(v);
     b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
     return ((unsigned long long)b << 32) | (0xffffffffu - i);
 }

@@ -663,7 +663,7 @@ impl LlamaKernels {
     }
 
     /// `out[r] = argmax(logits[r])` for `r < rows` (`logits[rows][vocab]`; the first index on
-    /// ties; a row of NaNs gives `u32::MAX`). Two launches: [`ARGMAX_SPLIT`] blocks per row write
+    /// ties, `-0.0` and `+0.0` being equal; NaNs never win; a row of NaNs gives `u32::MAX`). Two launches: [`ARGMAX_SPLIT`] blocks per row write
     /// their best pair into `scratch[rows][ARGMAX_SPLIT]`, then one block per row picks.
     ///
     /// # Errors

@@ -1105,6 +1105,53 @@ fn soundness_read_waits_for_replay() -> TestResult {
     Ok(())
 }
 
+/// An old output whose `Drop` panics (user code: outputs are any type) during `reset_and_recapture`
+/// or `recapture`, the panic caught: the graph is the new capture, handles of the old one are
+/// refused. Found by review: `reset_and_recapture` set the graph's id after dropping the old
+/// output, so after the panic the old handles passed `set_param`'s check and handed the driver
+/// nodes of the destroyed graph.
+fn panicking_output_drop_leaves_handles_stale() -> TestResult {
+    struct Bomb(bool);
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            if self.0 {
+                panic!("an output's Drop panics (on purpose)");
+            }
+        }
+    }
+    let (_d, s) = setup()?;
+    let n = 4096;
+    let x = DeviceBuffer::from_host(&s, &vec![1.0f32; n])?;
+    let mut y = DeviceBuffer::filled(&s, n, POISON_F32)?;
+    let mut z = DeviceBuffer::filled(&s, n, POISON_F32)?;
+    for reset in [true, false] {
+        let mut g = CudaGraph::scope(&s, |sc| {
+            let (_, h) = sc.record_param(ops::scale(&x, 2.0f32, &mut y))?;
+            Ok((h, Bomb(true)))
+        })?;
+        let stale: ParamHandle<f32> = g.output().ok_or("no output")?.0.clone();
+        let carried = stale.clone();
+        let op = ops::scale(&x, 3.0f32, &mut z).map(move |_| (carried, Bomb(false)));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if reset {
+                g.reset_and_recapture(op).map(|_| ())
+            } else {
+                g.recapture(op).map(|_| ())
+            }
+        }));
+        ensure(r.is_err(), format!("reset {reset}: the old output's Drop panicked"))?;
+        let e = g.set_param(&stale, 5.0).err();
+        ensure(
+            is_misuse(&e),
+            format!("reset {reset}: a handle of the replaced capture must be refused: {e:?}"),
+        )?;
+        g.launch().sync_on(&s)?;
+        ensure(all_eq(&z.to_vec()?, 3.0), format!("reset {reset}: the graph replays the new capture"))?;
+        z.fill(&s, POISON_F32)?;
+    }
+    Ok(())
+}
+
 fn main() {
     let mut s = Suite::new();
     s.gpu("capture_and_replay", || shared(capture_and_replay))
@@ -1118,6 +1165,9 @@ fn main() {
         .gpu("warmup_runs", || shared(warmup_runs))
         .gpu("capture_modes_and_flags", || alone(capture_modes_and_flags))
         .gpu("param_handles", || shared(param_handles))
+        .gpu("panicking_output_drop_leaves_handles_stale", || {
+            shared(panicking_output_drop_leaves_handles_stale)
+        })
         .gpu("device_scalar", || shared(device_scalar))
         .gpu("recapture_paths", || shared(recapture_paths))
         .gpu("soundness_dropped_buffers", || shared(soundness_dropped_buffers))

@@ -236,6 +236,115 @@ fn conditional_if() -> TestResult {
     ensure(x.to_vec()?.iter().all(|&v| v == 0), "nothing ran")
 }
 
+/// A conditional body that panics leaves no node, as one that fails does: a caller that catches
+/// the panic and goes on building gets a graph without the IF node (whose body wrote `x`
+/// unordered with the parent's later write of `x`), refused at instantiation for its orphaned
+/// conditional handle. Found by review: only an `Err` from the body removed the node.
+fn panicking_body_leaves_no_node() -> TestResult {
+    let (d, s) = setup()?;
+    let mut x = DeviceBuffer::<u32>::zeros(&s, 4096)?;
+    let mut g = Graph::new(&d)?;
+    {
+        let mut b = g.builder();
+        let cond = b.conditional(Some(true))?;
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            b.add_if::<cuda_core::Error>(&cond, &[], |body| {
+                body.add_memset(&mut x, 1u32, &[])?;
+                panic!("a body that panics (on purpose)")
+            })
+        }));
+        ensure(r.is_err(), "the body's panic goes on")?;
+        b.add_memset(&mut x, 2u32, &[])?;
+    }
+    let types = g.node_types()?;
+    ensure(
+        !types.contains(&NodeType::Conditional) && types.len() == 1,
+        format!("only the parent's memset is left: {types:?}"),
+    )?;
+    let r = g.instantiate(cuda_core::InstantiateFlags::default());
+    ensure(
+        matches!(&r, Err(cuda_core::Error::InvalidArgument(m)) if m.contains("conditional node of this graph was removed")),
+        format!("the graph is refused: {:?}", r.as_ref().err()),
+    )?;
+    ensure(x.to_vec()?.iter().all(|&v| v == 0), "nothing ran")
+}
+
+/// A graph that created conditional handles is not embedded in another (`add_child`,
+/// `add_captured`, also inside a conditional body): its set-conditional kernel would set the
+/// first graph's handle from the second. Found by review: only the graph id of a handle was
+/// compared, and copies of a graph's nodes kept their handles.
+fn graphs_with_handles_are_not_embedded() -> TestResult {
+    let (d, s) = setup()?;
+    let flag = DeviceBuffer::<u32>::zeros(&s, 1)?;
+    let mut a = Graph::new(&d)?;
+    {
+        let mut b = a.builder();
+        let c = b.conditional(Some(false))?;
+        b.add_set_conditional(&c, &flag, &[])?; // a's only node: one kernel node
+    }
+    let refused = |r: Result<cuda_core::graph::Node, cuda_core::Error>| matches!(&r, Err(cuda_core::Error::InvalidArgument(m)) if m.contains("conditional handles"));
+    let mut outer = Graph::new(&d)?;
+    {
+        let mut b = outer.builder();
+        ensure(refused(b.add_child(&a, &[])), "add_child of a graph with a conditional handle")?;
+        ensure(refused(b.add_captured(&a, &[])), "add_captured of a graph with a conditional handle")?;
+        let c = b.conditional(Some(true))?;
+        let mut seen = false;
+        let r = b.add_while::<cuda_core::Error>(&c, &[], |body| {
+            seen = refused(body.add_captured(&a, &[]));
+            Err(cuda_core::Error::InvalidArgument("stop".into()))
+        });
+        ensure(r.is_err() && seen, "add_captured inside a body")?;
+    }
+    ensure(outer.node_count()? == 0, "nothing was added")?;
+    // A graph without handles still embeds, and runs.
+    let mut x = DeviceBuffer::<u32>::zeros(&s, 1024)?;
+    let mut plain = Graph::new(&d)?;
+    plain.builder().add_memset(&mut x, 9u32, &[])?;
+    let mut host = Graph::new(&d)?;
+    host.builder().add_child(&plain, &[])?;
+    host.instantiate(cuda_core::InstantiateFlags::default())?.launch(&s)?;
+    ensure(x.to_vec()?.iter().all(|&v| v == 9), "the embedded memset ran")
+}
+
+/// A graph captured from programmatic dependent launches (`launch_overlapped`, whose edges carry
+/// data) can be built on: the builder reads its edges (found by review: without room for edge
+/// data the driver answered `CUDA_ERROR_LOSSY_QUERY`, and every node touching a buffer was
+/// refused). The node added after the captured kernels runs after them.
+fn building_on_overlapped_launches() -> TestResult {
+    let (d, s) = setup()?;
+    let src = r#"extern "C" __global__ void add_one_pdl(unsigned* x, unsigned n) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 1u;
+}"#;
+    let f = d.compile_module("add_one_pdl.cu", src, &[])?.function("add_one_pdl")?;
+    let n = 4096u32;
+    let mut x = DeviceBuffer::<u32>::zeros(&s, n as usize)?;
+    let mut y = DeviceBuffer::<u32>::zeros(&s, n as usize)?;
+    s.begin_capture(cuda_core::CaptureMode::ThreadLocal)?;
+    let launched = (0..3).try_for_each(|_| {
+        // SAFETY: `add_one_pdl(unsigned*, unsigned)` with (x, n); it touches x[i] for i < n only,
+        // after `griddepcontrol.wait`.
+        unsafe { f.launch_overlapped(&s, LaunchConfig::for_elements(n as usize, 256), (&mut x, n)) }
+    });
+    let mut g = s.end_capture()?;
+    launched?;
+    let first = g.nodes()?.first().cloned().ok_or("no captured node")?;
+    {
+        let mut b = g.builder();
+        // An explicit dependency on a captured node (its ancestors are read) and an implicit one
+        // (x was written by the captured kernels).
+        let copy = b.add_copy(&x, &mut y, &[first])?;
+        b.add_memset(&mut x, 100u32, &[copy])?;
+    }
+    g.instantiate(cuda_core::InstantiateFlags::default())?.launch(&s)?;
+    ensure(y.to_vec()?.iter().all(|&v| v == 3), "the copy ran after the three captured kernels")?;
+    ensure(x.to_vec()?.iter().all(|&v| v == 100), "the memset ran last")
+}
+
 fn conditional_while_counts_to_n() -> TestResult {
     let (d, s) = setup()?;
     let gk = graph_kernels(&d)?;
@@ -466,6 +575,9 @@ fn main() {
         .gpu("child_graph_and_extra_edges", child_graph_and_extra_edges)
         .gpu("exec_update_success_and_refusal", exec_update_success_and_refusal)
         .gpu("conditional_if", conditional_if)
+        .gpu("panicking_body_leaves_no_node", panicking_body_leaves_no_node)
+        .gpu("graphs_with_handles_are_not_embedded", graphs_with_handles_are_not_embedded)
+        .gpu("building_on_overlapped_launches", building_on_overlapped_launches)
         .gpu("conditional_while_counts_to_n", conditional_while_counts_to_n)
         .gpu("dot_export", dot_export)
         .gpu("shared_graph_memory_pool", shared_graph_memory_pool)

@@ -7,6 +7,7 @@
 
 use cuda_async_tests::{ensure, rng, Failed, Suite, TestResult};
 use cuda_core::{Device, DeviceBuffer, Stream};
+use kernels::llama::{LlamaKernels, ARGMAX_SPLIT};
 use kernels::sample::{uniform, SampleParams, Sampler, SAMPLE_MAX_BLOCKS};
 use models::llama::{DeviceWeights, LlamaConfig, LlamaModel, ModelOptions, Row, Sampling};
 use rand::Rng;
@@ -406,6 +407,68 @@ fn nan_and_inf_logits() -> TestResult {
     Ok(())
 }
 
+/// The greedy argmax (`LlamaKernels::argmax`, the token of every greedy row) against the host:
+/// the first index of the largest non-NaN logit, with `-0.0 == +0.0` (as `f32`'s `>` and
+/// PyTorch's argmax have it), `u32::MAX` for a row of NaNs. Random rows of a vocabulary that is
+/// no multiple of the kernel's slices, ties placed in different slices, the zero-sign tie (the
+/// kernel's packed keys once ordered `+0.0` above `-0.0` and chose the later index), infinities;
+/// outputs and scratch poisoned first.
+fn argmax_matches_host() -> TestResult {
+    let s = stream()?;
+    let k = LlamaKernels::get(s.device())?;
+    let mut r = rng();
+    let vocab = 128_256 + 77;
+    let host = |v: &[f32]| -> u32 {
+        let mut best: Option<usize> = None;
+        for (i, x) in v.iter().enumerate() {
+            if !x.is_nan() && best.is_none_or(|b| *x > v[b]) {
+                best = Some(i);
+            }
+        }
+        best.map_or(u32::MAX, |b| b as u32)
+    };
+    let mut rows: Vec<Vec<f32>> =
+        (0..8).map(|_| (0..vocab).map(|_| r.random_range(-30.0f32..30.0)).collect()).collect();
+    // Ties of the maximum in two slices: the earlier index.
+    let mut tie = vec![-1.0f32; vocab];
+    tie[vocab - 5] = 7.5;
+    tie[1234] = 7.5;
+    tie[vocab / 2] = 7.5;
+    rows.push(tie);
+    // The zero-sign tie, both orders, in one slice and across slices.
+    for (a, b) in [(3usize, 9usize), (10, vocab - 1)] {
+        let mut z = vec![-5.0f32; vocab];
+        z[a] = -0.0;
+        z[b] = 0.0;
+        rows.push(z.clone());
+        z[a] = 0.0;
+        z[b] = -0.0;
+        rows.push(z);
+    }
+    let mut nan_mix: Vec<f32> = (0..vocab).map(|i| if i % 3 == 0 { f32::NAN } else { -(i as f32) }).collect();
+    nan_mix[0] = f32::NAN;
+    rows.push(nan_mix);
+    let mut infs = vec![f32::NEG_INFINITY; vocab];
+    infs[vocab - 2] = f32::INFINITY;
+    infs[600] = f32::INFINITY;
+    rows.push(infs);
+    rows.push(vec![f32::NEG_INFINITY; vocab]);
+    rows.push(vec![f32::NAN; vocab]);
+    let flat: Vec<f32> = rows.iter().flatten().copied().collect();
+    let logits = DeviceBuffer::from_host(&s, &flat)?;
+    let mut scratch =
+        DeviceBuffer::from_host(&s, &vec![0x5A5A_5A5A_5A5A_5A5Au64; rows.len() * ARGMAX_SPLIT])?;
+    let mut out = DeviceBuffer::from_host(&s, &vec![POISON; rows.len()])?;
+    k.argmax(&s, &logits, &mut scratch, &mut out, vocab)?;
+    let got = out.to_vec()?;
+    for (i, row) in rows.iter().enumerate() {
+        let want = host(row);
+        ensure(got[i] == want, format!("row {i}: argmax {:#x}, the host's {want:#x}", got[i]))?;
+    }
+    ensure(got[9] == 3 && got[10] == 3 && got[11] == 10 && got[12] == 10, "the zero-sign ties")?;
+    Ok(())
+}
+
 /// (e) A Llama 3 vocabulary (128256) over 32 rows of assorted settings.
 fn full_vocabulary_rows() -> TestResult {
     let s = stream()?;
@@ -599,6 +662,7 @@ fn main() {
         .gpu("greedy_rows_are_untouched", greedy_rows_are_untouched)
         .gpu("nan_and_inf_logits", nan_and_inf_logits)
         .gpu("full_vocabulary_rows", full_vocabulary_rows)
+        .gpu("argmax_matches_host", argmax_matches_host)
         .gpu("model_steps_sample_in_the_graph", model_steps_sample_in_the_graph)
         .gpu("rows_beyond_the_grid", rows_beyond_the_grid)
         .gpu("dropped_rewind_shortens_the_slot", dropped_rewind_shortens_the_slot)

@@ -64,8 +64,9 @@ impl<T> CudaGraph<T> {
     pub fn update_from(&mut self, graph: Graph) -> Result<cuda_core::ExecUpdate> {
         let verdict = self.exec.update(&graph)?;
         if verdict == cuda_core::ExecUpdate::Updated {
-            self.graph = graph;
+            // Handles go stale before the old graph (and what it keeps) is dropped.
             self.id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+            self.graph = graph;
         }
         Ok(verdict)
     }

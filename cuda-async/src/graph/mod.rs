@@ -257,7 +257,7 @@ impl<T> CudaGraph<T> {
         // (same id), so `node` is a kernel node of `self.graph`, which is alive and is the graph
         // `self.exec` was instantiated from. `TunableParam` guarantees parameter `index` has type
         // `P` and accepts any value; the driver also checks the size.
-        unsafe { self.exec.set_kernel_param(handle.node, &handle.params, handle.index, value)? };
+        unsafe { self.exec.set_kernel_param(&self.graph, handle.node, &handle.params, handle.index, value)? };
         Ok(())
     }
 
@@ -292,7 +292,8 @@ impl<T> CudaGraph<T> {
             }
         };
         self.graph = graph;
-        self.output = Some(output);
+        // The old output (user code in its `Drop`) goes last, with the graph already consistent.
+        drop(self.output.replace(output));
         Ok(path)
     }
 
@@ -305,9 +306,12 @@ impl<T> CudaGraph<T> {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let (graph, output) = record(&self.stream, &self.options, id, |s| s.record(op))?;
         self.exec = self.instantiate(&graph)?;
-        self.graph = graph;
-        self.output = Some(output);
+        // The id before the old graph and output go: the old output's `Drop` is user code, and
+        // if it panics, handles of the destroyed graph must already be stale (found by review:
+        // with the id set last, they passed `set_param`'s check and named freed nodes).
         self.id = id;
+        self.graph = graph;
+        drop(self.output.replace(output));
         Ok(())
     }
 }

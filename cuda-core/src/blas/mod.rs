@@ -176,7 +176,8 @@ impl Blas {
     }
 
     /// `y = x · wᵀ` (or `y += x · wᵀ` with `shape.accumulate`) on `stream`: see [`Linear`].
-    /// Inputs of type `T`, output `U` (`U = T`, or `f32` for 16-bit `T`), `f32` accumulation.
+    /// Inputs of type `T`, output `U` (`U = T`, or `f32` for 16-bit `T`), `f32` accumulation. An
+    /// empty inner dimension (`in_dim == 0`) gives `y = 0` (`y` unchanged with `accumulate`).
     ///
     /// ```no_run
     /// # fn main() -> cuda_core::Result<()> {
@@ -194,8 +195,8 @@ impl Blas {
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] or [`Error::InvalidArgument`] for buffers that do not fit
-    /// `shape`; [`Error::DeviceMismatch`] for a stream or buffer of another device;
-    /// [`Error::Library`] if cuBLAS refuses the product (e.g. an unsupported type pair);
+    /// `shape`, or an output type that is neither `T` nor `f32`; [`Error::DeviceMismatch`] for
+    /// a stream or buffer of another device; [`Error::Library`] if cuBLAS refuses the product;
     /// [`Error::Capture`] if another thread captures `stream`; driver errors of the ordering.
     pub fn linear<T: BlasScalar, U: BlasScalar>(
         &self,
@@ -213,8 +214,22 @@ impl Blas {
                 actual: stream.device().ordinal(),
             });
         }
+        // The pairs documented above; cuBLAS's answer to others would depend on the shape (the
+        // empty products below never reach it).
+        if T::DATA_TYPE != U::DATA_TYPE && U::DATA_TYPE != sys::cudaDataType::CUDA_R_32F {
+            return Err(Error::InvalidArgument(format!(
+                "cuBLAS product {shape:?}: output type {:?} for inputs {:?} (the output must be the input type or f32)",
+                U::DATA_TYPE,
+                T::DATA_TYPE
+            )));
+        }
         if rows == 0 || n == 0 {
             return Ok(());
+        }
+        if k == 0 {
+            // An empty sum: `y = 0`, or `y` unchanged when accumulating. cuBLAS refuses the
+            // leading dimension 0 that this shape would give it.
+            return if shape.accumulate { Ok(()) } else { y.memset_zero(stream) };
         }
         let (alpha, beta) = (1.0f32, if shape.accumulate { 1.0f32 } else { 0.0 });
         let uses = [

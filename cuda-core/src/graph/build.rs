@@ -144,6 +144,9 @@ pub(crate) struct NodeAccessMap {
     /// too when a node that could not be ordered could not be removed (the driver refuses to
     /// remove nodes from a graph with memory nodes): it would race the nodes it conflicts with.
     orphaned_handle: bool,
+    /// Set when a conditional handle was created in the graph or one of its bodies: such a graph
+    /// is not embedded in another (see [`NodeAccessMap::embeddable`]).
+    has_handles: bool,
 }
 
 #[derive(Default)]
@@ -177,6 +180,19 @@ impl NodeAccessMap {
             body.insert(key(a), NodeUses { writes: sinks.clone(), reads: Vec::new() });
         }
         Ok(map)
+    }
+
+    /// `Ok` unless the graph created conditional handles. A copy of its nodes in another graph
+    /// (`add_child`, `add_captured`) would keep its set-conditional kernels, which would then set
+    /// a handle of this graph from the other one (found by review: undefined for the driver, at
+    /// best another graph's loop condition).
+    pub(crate) fn embeddable(&self) -> Result<()> {
+        if self.has_handles {
+            return Err(Error::InvalidArgument(
+                "a graph with conditional handles cannot be embedded in another graph (its set-conditional nodes would set this graph's handles)".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// A map that refuses every node touching a buffer.
@@ -228,9 +244,15 @@ impl Graph {
     /// # Errors
     /// Driver errors listing the nodes.
     pub fn nodes(&self) -> Result<Vec<Node>> {
-        let n = self.node_count()?;
         let _g = self.guard();
-        // SAFETY: live graph, used under its lock.
+        self.nodes_locked()
+    }
+
+    /// [`Graph::nodes`] for a caller that holds the graph's lock.
+    fn nodes_locked(&self) -> Result<Vec<Node>> {
+        // SAFETY: live graph, used under its lock (held by the caller).
+        let n = unsafe { result::graph_node_count(self.raw, "counting graph nodes") }?;
+        // SAFETY: as above.
         let raw = unsafe { result::graph_get_nodes_up_to(self.raw, n, "listing graph nodes") }?;
         Ok(raw.into_iter().map(|raw| Node { raw, owner: (self.id, 0) }).collect())
     }
@@ -240,7 +262,11 @@ impl Graph {
     /// # Errors
     /// Driver errors listing the nodes or reading their types.
     pub fn node_types(&self) -> Result<Vec<NodeType>> {
-        self.nodes()?.iter().map(node_type).collect()
+        // One lock across the listing and the reads: reading a node reads its graph, and the
+        // driver does not synchronise calls on one graph (found by review: the reads ran unlocked
+        // beside another thread's `instantiate` of the same `&Graph`).
+        let _g = self.guard();
+        self.nodes_locked()?.iter().map(node_type).collect()
     }
 }
 
@@ -304,6 +330,10 @@ impl<'g> GraphBody<'g> {
     }
 
     /// Makes the graph refuse instantiation and nesting (see `NodeAccessMap::usable`).
+    pub(crate) fn mark_has_handles(&mut self) {
+        self.access.has_handles = true;
+    }
+
     pub(crate) fn mark_orphaned_handle(&mut self) {
         self.access.orphaned_handle = true;
     }
@@ -533,16 +563,22 @@ impl<'g> GraphBody<'g> {
     /// and events are kept alive by this graph too.
     ///
     /// # Errors
-    /// [`Error::DeviceMismatch`] for a child of another device; errors of the implicit ordering; as
+    /// [`Error::DeviceMismatch`] for a child of another device; [`Error::InvalidArgument`] for a
+    /// child that created conditional handles (its set-conditional nodes would set its handles
+    /// from this graph) or whose conditional node was removed; errors of the implicit ordering; as
     /// for [`GraphBody::add_empty`].
     pub fn add_child(&mut self, child: &Graph, deps: &[Node]) -> Result<Node> {
         self.check_device(&child.device)?;
         child.usable()?;
+        child.embeddable()?;
         self.keep.merge(&child.keep);
         let (g, c) = (self.raw, child.raw);
         // The child may write anything it keeps.
         let uses: Vec<(usize, Access)> = child.keep.allocs.iter().map(|a| (key(a), Access::Write)).collect();
-        // SAFETY: live graphs; the driver clones the child.
+        // The driver clones the child: under the child's lock, as every call on a `&Graph` (other
+        // threads may use it; found by review).
+        let _child = child.guard();
+        // SAFETY: live graphs (the child under its lock); the driver clones the child.
         self.add_using(deps, &uses, |d| unsafe { result::graph_add_child_graph_node(g, d, c) })
     }
 
@@ -555,10 +591,13 @@ impl<'g> GraphBody<'g> {
     pub fn add_captured(&mut self, graph: &Graph, deps: &[Node]) -> Result<Node> {
         self.check_device(&graph.device)?;
         graph.usable()?;
-        let nodes = graph.nodes()?;
+        graph.embeddable()?;
+        let lock = graph.guard();
+        let nodes = graph.nodes_locked()?;
         if let [only] = nodes.as_slice() {
             if node_type(only)? == NodeType::Kernel {
-                // SAFETY: a live kernel node of `graph`.
+                // SAFETY: a live kernel node of `graph`, read under its lock (held until the
+                // driver has copied the parameters into this graph's new node).
                 let p = unsafe { result::graph_kernel_node_get_params(only.raw) }?;
                 self.keep.merge(&graph.keep);
                 let g = self.raw;
@@ -569,6 +608,7 @@ impl<'g> GraphBody<'g> {
                 return self.add_using(deps, &uses, |d| unsafe { result::graph_add_kernel_node(g, d, &p) });
             }
         }
+        drop(lock);
         self.add_child(graph, deps)
     }
 

@@ -91,6 +91,7 @@ impl<'g> GraphBody<'g> {
         let handle = unsafe {
             result::graph_conditional_handle_create(self.raw, self.device.cu_context(), value, flags)
         }?;
+        self.mark_has_handles();
         Ok(Conditional { handle, owner: self.owner })
     }
 
@@ -121,12 +122,19 @@ impl<'g> GraphBody<'g> {
         };
         // A body that fails leaves no node behind: the conditional node (with its partial body)
         // is removed, as a node that could not be ordered is (found by review: left in the graph
-        // without the parent's implicit edges, the body's writes raced the parent's nodes).
-        if let Err(e) = body(&mut b) {
+        // without the parent's implicit edges, the body's writes raced the parent's nodes). The
+        // same for a body that panics (found by review: a caller that catches the panic could go
+        // on building and launch the graph with the node unordered); the panic then goes on.
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut b)));
+        if !matches!(run, Ok(Ok(()))) {
             // Marked whatever the driver answers about the node's type (see `remove_unordered`).
             self.mark_orphaned_handle();
             self.remove_unordered(raw);
-            return Err(e);
+            match run {
+                Err(panic) => std::panic::resume_unwind(panic),
+                Ok(Err(e)) => return Err(e),
+                Ok(Ok(())) => {}
+            }
         }
         // The node as a whole may write everything its body touches: order it after the parent's
         // earlier conflicting nodes.

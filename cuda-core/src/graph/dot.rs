@@ -19,7 +19,8 @@ impl Graph {
             .map_err(|_| Error::InvalidArgument("path contains a NUL byte".into()))?;
         let flags =
             if verbose { sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE as u32 } else { 0 };
-        // SAFETY: live graph; NUL-terminated path.
+        let _g = self.guard();
+        // SAFETY: live graph, used under its lock (the driver reads the graph); NUL-terminated path.
         unsafe { result::graph_debug_dot_print(self.raw, &c, flags) }
     }
 }

@@ -228,6 +228,11 @@ impl Graph {
         self.access.as_ref().map_or(Ok(()), build::NodeAccessMap::usable)
     }
 
+    /// `Ok` unless the graph created conditional handles (see `NodeAccessMap::embeddable`).
+    pub(crate) fn embeddable(&self) -> Result<()> {
+        self.access.as_ref().map_or(Ok(()), build::NodeAccessMap::embeddable)
+    }
+
     /// Number of nodes.
     ///
     /// # Errors
@@ -469,9 +474,24 @@ impl GraphExec {
     pub fn update(&mut self, graph: &Graph) -> Result<ExecUpdate> {
         graph.usable()?;
         self.device.bind()?;
-        // SAFETY: live handles; `&mut self` excludes concurrent use of the executable graph and
-        // the template graph's mutation needs `&mut`.
-        match unsafe { result::graph_exec_update(self.raw, graph.raw) }? {
+        let verdict = {
+            // The driver reads `graph`: under its lock, as every call on a `&Graph` (found by
+            // review: other threads may use it meanwhile).
+            let _g = graph.guard();
+            // SAFETY: live handles; `&mut self` excludes concurrent use of the executable graph,
+            // and the template graph is used under its lock.
+            unsafe { result::graph_exec_update(self.raw, graph.raw) }?.map(|info| {
+                let node_type = (!info.errorNode.is_null()).then(|| {
+                    // SAFETY: a node of `graph` or of this executable's graph, named by the
+                    // driver; `graph` is still locked.
+                    let ty = unsafe { result::graph_node_get_type(info.errorNode) }
+                        .unwrap_or(sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY);
+                    format!("{ty:?}")
+                });
+                ExecUpdate::Refused { reason: format!("{:?}", info.result), node_type }
+            })
+        };
+        match verdict {
             None => {
                 let mut keep = graph.keep.clone();
                 for st in &self.keep.serial {
@@ -484,15 +504,7 @@ impl GraphExec {
                 }
                 Ok(ExecUpdate::Updated)
             }
-            Some(info) => {
-                let node_type = (!info.errorNode.is_null()).then(|| {
-                    // SAFETY: a node of `graph` or of this executable's graph, named by the driver.
-                    let ty = unsafe { result::graph_node_get_type(info.errorNode) }
-                        .unwrap_or(sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY);
-                    format!("{ty:?}")
-                });
-                Ok(ExecUpdate::Refused { reason: format!("{:?}", info.result), node_type })
-            }
+            Some(refused) => Ok(refused),
         }
     }
 
@@ -502,12 +514,15 @@ impl GraphExec {
     /// parameter is set to its value there. The size of `T` is checked against the kernel's
     /// parameter list.
     ///
+    /// `graph` is used under its lock for the call (the driver reads the node, and so its graph).
+    ///
     /// # Safety
-    /// `node` must be a kernel node of the graph this executable was instantiated from (or updated
-    /// to), that graph must still be alive, and `params` must be `node`'s snapshot. The kernel must
-    /// stay in bounds with the new value (never change a length or a pointer this way).
+    /// `graph` must be the graph this executable was instantiated from (or updated to), `node` one
+    /// of its kernel nodes, and `params` `node`'s snapshot. The kernel must stay in bounds with the
+    /// new value (never change a length or a pointer this way).
     pub unsafe fn set_kernel_param<T: crate::memory::DeviceRepr>(
         &self,
+        graph: &Graph,
         node: KernelNode,
         params: &KernelNodeParams,
         index: usize,
@@ -529,6 +544,8 @@ impl GraphExec {
             }
         }
         self.device.bind()?;
+        // Lock order: the graph, then the executable's state (no path takes them the other way).
+        let _graph = graph.guard();
         let _g = self.state();
         let mut value = value;
         let mut stack = [std::ptr::null_mut::<std::ffi::c_void>(); 16];

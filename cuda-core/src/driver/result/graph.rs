@@ -87,17 +87,14 @@ pub(crate) unsafe fn graph_get_edges(
         "listing graph edges",
     )?;
     let (mut from, mut to) = (vec![std::ptr::null_mut(); e], vec![std::ptr::null_mut(); e]);
+    // Edge data is read (and ignored): without an array for it the driver refuses graphs with
+    // programmatic edges (`CUDA_ERROR_LOSSY_QUERY`), which `launch_overlapped` captures.
+    let mut data = vec![NO_EDGE_DATA; e];
     if e > 0 {
         check(
-            // SAFETY: both arrays have room for `e` edges.
+            // SAFETY: the three arrays have room for `e` edges.
             unsafe {
-                sys::cuGraphGetEdges_v2(
-                    graph,
-                    from.as_mut_ptr(),
-                    to.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                    &mut e,
-                )
+                sys::cuGraphGetEdges_v2(graph, from.as_mut_ptr(), to.as_mut_ptr(), data.as_mut_ptr(), &mut e)
             },
             "listing graph edges",
         )?;
@@ -106,6 +103,10 @@ pub(crate) unsafe fn graph_get_edges(
     to.truncate(e);
     Ok((from, to))
 }
+
+/// Room for one edge's data (a default edge); what the driver writes there is not used.
+const NO_EDGE_DATA: sys::CUgraphEdgeData =
+    sys::CUgraphEdgeData { from_port: 0, to_port: 0, type_: 0, reserved: [0; 5] };
 
 /// The nodes `node` depends on (`cuGraphNodeGetDependencies_v2`).
 ///
@@ -124,9 +125,10 @@ pub(crate) unsafe fn graph_node_get_dependencies(node: sys::CUgraphNode) -> Resu
         return Ok(Vec::new());
     }
     let mut deps = vec![std::ptr::null_mut(); k];
+    let mut data = vec![NO_EDGE_DATA; k]; // as in `graph_get_edges`
     check(
-        // SAFETY: `deps` has room for `k` nodes.
-        unsafe { sys::cuGraphNodeGetDependencies_v2(node, deps.as_mut_ptr(), std::ptr::null_mut(), &mut k) },
+        // SAFETY: `deps` and `data` have room for `k` nodes.
+        unsafe { sys::cuGraphNodeGetDependencies_v2(node, deps.as_mut_ptr(), data.as_mut_ptr(), &mut k) },
         "reading node dependencies",
     )?;
     deps.truncate(k);

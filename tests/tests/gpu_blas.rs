@@ -17,12 +17,16 @@ fn stream() -> Result<Stream, Failed> {
 
 /// A scalar of the tests: conversions to and from `f64`, and its unit roundoff.
 trait El: BlasScalar + DeviceRepr + Copy + Default + std::fmt::Debug {
+    /// Unit roundoff.
     const EPS: f64;
+    /// Half the smallest subnormal: the absolute rounding error near zero.
+    const TINY: f64;
     fn from_f64(v: f64) -> Self;
     fn to_f64(self) -> f64;
 }
 impl El for f32 {
     const EPS: f64 = f32::EPSILON as f64 / 2.0;
+    const TINY: f64 = 7.006e-46; // 2^-150
     fn from_f64(v: f64) -> Self {
         v as f32
     }
@@ -32,6 +36,7 @@ impl El for f32 {
 }
 impl El for bf16 {
     const EPS: f64 = 1.0 / 256.0;
+    const TINY: f64 = 4.592e-41; // 2^-134
     fn from_f64(v: f64) -> Self {
         bf16::from_f64(v)
     }
@@ -41,6 +46,7 @@ impl El for bf16 {
 }
 impl El for f16 {
     const EPS: f64 = 1.0 / 2048.0;
+    const TINY: f64 = 2.981e-8; // 2^-25
     fn from_f64(v: f64) -> Self {
         f16::from_f64(v)
     }
@@ -55,7 +61,9 @@ fn random<T: El>(r: &mut impl Rng, n: usize) -> Vec<T> {
 
 /// Checks `got` against `y0 (if accumulating) + x · wᵀ` in f64 from the inputs as stored: the
 /// f32 accumulation of `in_dim` products is within `in_dim · u32 · Σ|x w|` (with a factor 4 for
-/// cuBLAS's blocked orders), plus the output's own rounding of `|y|`.
+/// cuBLAS's blocked orders), plus the output's own rounding of `|y|` (near zero: half its smallest
+/// subnormal), plus a sixteenth of a unit roundoff of `U` on `Σ|x w|` in case cuBLAS rounds
+/// split-K partial sums to `U` (tight enough that a lost residual add fails at every shape).
 fn check<T: El, U: El>(x: &[T], w: &[T], y0: &[U], got: &[U], sh: Linear, what: &str) -> TestResult {
     let u32_ = f32::EPSILON as f64 / 2.0;
     for r in 0..sh.rows {
@@ -69,7 +77,7 @@ fn check<T: El, U: El>(x: &[T], w: &[T], y0: &[U], got: &[U], sh: Linear, what: 
             let base = if sh.accumulate { y0[r * sh.out_dim + o].to_f64() } else { 0.0 };
             let want = base + sum;
             let g = got[r * sh.out_dim + o].to_f64();
-            let tol = 4.0 * sh.in_dim as f64 * u32_ * abs + 2.0 * U::EPS * (want.abs() + abs) + 1e-30;
+            let tol = 4.0 * sh.in_dim as f64 * u32_ * abs + U::EPS * (want.abs() + abs / 16.0) + U::TINY;
             ensure(
                 (g - want).abs() <= tol,
                 format!("{what} {sh:?}: y[{r}][{o}] = {g}, the host's {want} (tolerance {tol:.3e})"),

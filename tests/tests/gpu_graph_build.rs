@@ -332,16 +332,24 @@ fn building_on_overlapped_launches() -> TestResult {
     });
     let mut g = s.end_capture()?;
     launched?;
-    let first = g.nodes()?.first().cloned().ok_or("no captured node")?;
+    let kernels = g.nodes()?;
+    ensure(kernels.len() == 3, format!("three captured kernel nodes: {}", kernels.len()))?;
+    let mut z = DeviceBuffer::<u32>::zeros(&s, n as usize)?;
     {
         let mut b = g.builder();
-        // An explicit dependency on a captured node (its ancestors are read) and an implicit one
-        // (x was written by the captured kernels).
-        let copy = b.add_copy(&x, &mut y, &[first])?;
-        b.add_memset(&mut x, 100u32, &[copy])?;
+        // An implicit dependency (x was written by the captured kernels: the graph's edges are
+        // read) with an explicit one on a captured node.
+        let copy = b.add_copy(&x, &mut y, &kernels[..1])?;
+        // Explicit dependencies on every captured kernel, and an implicit one on a node that is
+        // none of their ancestors (z's memset): the search for it reads the dependencies of the
+        // kernels, whose incoming edges are programmatic.
+        b.add_memset(&mut z, 7u32, &[])?;
+        let copy_z = b.add_copy(&x, &mut z, &kernels)?;
+        b.add_memset(&mut x, 100u32, &[copy, copy_z])?;
     }
     g.instantiate(cuda_core::InstantiateFlags::default())?.launch(&s)?;
     ensure(y.to_vec()?.iter().all(|&v| v == 3), "the copy ran after the three captured kernels")?;
+    ensure(z.to_vec()?.iter().all(|&v| v == 3), "the second copy ran after the kernels and z's memset")?;
     ensure(x.to_vec()?.iter().all(|&v| v == 100), "the memset ran last")
 }
 

@@ -291,9 +291,9 @@ impl<T> CudaGraph<T> {
                 RecapturePath::Reinstantiated { reason: format!("{reason}{at}") }
             }
         };
-        self.graph = graph;
-        // The old output (user code in its `Drop`) goes last, with the graph already consistent.
-        drop(self.output.replace(output));
+        // The old graph and output (user code in their `Drop`s) go after both are replaced.
+        let old = (std::mem::replace(&mut self.graph, graph), self.output.replace(output));
+        drop(old);
         Ok(path)
     }
 
@@ -306,12 +306,13 @@ impl<T> CudaGraph<T> {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let (graph, output) = record(&self.stream, &self.options, id, |s| s.record(op))?;
         self.exec = self.instantiate(&graph)?;
-        // The id before the old graph and output go: the old output's `Drop` is user code, and
-        // if it panics, handles of the destroyed graph must already be stale (found by review:
-        // with the id set last, they passed `set_param`'s check and named freed nodes).
+        // The id, the graph and the output are replaced before the old ones are dropped: their
+        // `Drop`s can run user code, and if one panics, handles of the destroyed graph must
+        // already be stale (found by review: with the id set last, they passed `set_param`'s
+        // check and named freed nodes).
         self.id = id;
-        self.graph = graph;
-        drop(self.output.replace(output));
+        let old = (std::mem::replace(&mut self.graph, graph), self.output.replace(output));
+        drop(old);
         Ok(())
     }
 }

@@ -214,6 +214,14 @@ impl Blas {
                 actual: stream.device().ordinal(),
             });
         }
+        // Also for the empty products below, which queue nothing.
+        if let Some(other) = [x.device(), w.device(), y.device()].into_iter().find(|d| *d != &self.device) {
+            return Err(Error::DeviceMismatch {
+                during: "a cuBLAS product with a buffer of another device than the handle's",
+                expected: self.device.ordinal(),
+                actual: other.ordinal(),
+            });
+        }
         // The pairs documented above; cuBLAS's answer to others would depend on the shape (the
         // empty products below never reach it).
         if T::DATA_TYPE != U::DATA_TYPE && U::DATA_TYPE != sys::cudaDataType::CUDA_R_32F {

@@ -470,11 +470,16 @@ fn argmax_matches_host() -> TestResult {
 }
 
 /// (e) A Llama 3 vocabulary (128256) over 32 rows of assorted settings.
+///
+/// A row whose top-p cut the host finds within f32 rounding of its target (the GPU may keep one
+/// token more or less there, so the row could not be checked) is drawn again before the launch,
+/// so that every sampled row is checked. About one row in ten of the top-p settings is such a
+/// row; the test once allowed two per launch, which failed about one run in thirteen by chance
+/// (3 in a run of 2026-11-28; a host simulation of the settings gave P(>= 3) = 0.077).
 fn full_vocabulary_rows() -> TestResult {
     let s = stream()?;
     let mut r = rng();
     let (vocab, rows) = (128_256usize, 32usize);
-    let logits: Vec<f32> = (0..rows * vocab).map(|_| r.random_range(-20.0f32..20.0)).collect();
     let settings =
         [(1.0, 0, 1.0), (0.1, 0, 1.0), (1.0, 50, 1.0), (0.2, 0, 0.9), (0.1, 1000, 0.95), (0.0, 0, 1.0)];
     let ps: Vec<SampleParams> = (0..rows)
@@ -483,9 +488,22 @@ fn full_vocabulary_rows() -> TestResult {
             params(t, k, p, r.random(), r.random())
         })
         .collect();
+    let (mut logits, mut redrawn) = (Vec::with_capacity(rows * vocab), 0);
+    for p in &ps {
+        for attempt in 0.. {
+            let row: Vec<f32> = (0..vocab).map(|_| r.random_range(-20.0f32..20.0)).collect();
+            if !reference(&row, p).is_some_and(|d| d.ambiguous) {
+                logits.extend(row);
+                break;
+            }
+            redrawn += 1;
+            ensure(attempt < 20, "20 draws of one row all had an ambiguous top-p cut")?;
+        }
+    }
     let got = launch(&s, &logits, &ps, vocab)?;
     let skipped = check_rows(&logits, &ps, vocab, &got)?;
-    ensure(skipped <= 2, format!("{skipped} ambiguous rows"))?;
+    eprintln!("{redrawn} rows drawn again for an ambiguous top-p cut");
+    ensure(skipped == 0, format!("{skipped} ambiguous rows were checked as such"))?;
     Ok(())
 }
 

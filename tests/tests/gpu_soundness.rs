@@ -533,6 +533,72 @@ fn graph_pool_replays_never_overlap() -> TestResult {
     Ok(())
 }
 
+/// (5a') A graph that joined two pools stays in both across `reset_and_recapture`: each of 20
+/// graphs joins pools `p1` and `p2` and is then captured anew; replays of those and of 20 graphs
+/// of `p1` alone, from two threads on their own streams, never overlap (GPU timestamps). Found by
+/// review: only the last pool joined was remembered, so the rebuilt executables were serialised
+/// through `p2` alone and ran beside `p1`'s other graphs.
+fn graph_pools_survive_recapture() -> TestResult {
+    let (d, s) = setup()?;
+    timed_kernel(&d)?;
+    let reps = 20u64;
+    let (p1, p2) = (GraphPool::new(&d)?, GraphPool::new(&d)?);
+    let mut ta = DeviceBuffer::<u64>::zeros(&s, 2 * reps as usize)?;
+    let mut tb = DeviceBuffer::<u64>::zeros(&s, 2 * reps as usize)?;
+    let mut scratch = DeviceBuffer::<u64>::zeros(&s, 2)?;
+    let times = {
+        let mut a: Vec<CudaGraph<()>> = Vec::new();
+        for slot in 0..reps {
+            let mut g = Timed { t: &mut scratch, slot: 0, ns: MS / 10 }.graph_on(&s)?;
+            g.join_pool(&p1);
+            g.join_pool(&p2);
+            g.reset_and_recapture(Timed { t: &mut ta, slot, ns: 2 * MS })?;
+            a.push(g);
+        }
+        let mut b: Vec<CudaGraph<()>> = Vec::new();
+        for slot in 0..reps {
+            let mut g = Timed { t: &mut tb, slot, ns: 2 * MS }.graph_on(&s)?;
+            g.join_pool(&p1);
+            b.push(g);
+        }
+        let barrier = Barrier::new(2);
+        std::thread::scope(|sc| -> TestResult {
+            let hs: Vec<_> = [&a, &b]
+                .into_iter()
+                .map(|gs| {
+                    let barrier = &barrier;
+                    sc.spawn(move || -> TestResult {
+                        let mine = Stream::new(&d)?;
+                        barrier.wait();
+                        for g in gs {
+                            g.enqueue(&mine)?;
+                        }
+                        mine.synchronize()?;
+                        Ok(())
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().map_err(|_| "replayer panicked")??;
+            }
+            Ok(())
+        })?;
+        drop((a, b));
+        let mut all: Vec<(u64, u64)> = Vec::new();
+        for t in [&ta, &tb] {
+            all.extend(t.to_vec()?.chunks(2).map(|c| (c[0], c[1])));
+        }
+        all
+    };
+    ensure(times.iter().all(|&(a, b)| a > 0 && b >= a + MS), "every replay ran and spun")?;
+    let mut sorted = times.clone();
+    sorted.sort();
+    for w in sorted.windows(2) {
+        ensure(w[0].1 <= w[1].0, format!("replays of a shared pool overlapped: {:?} and {:?}", w[0], w[1]))?;
+    }
+    Ok(())
+}
+
 /// (5b) A scope that waits for another thread running `sync_on` on an unrelated stream completes
 /// (no process-wide lock), and both results are right.
 fn scope_waiting_for_another_thread() -> TestResult {
@@ -793,6 +859,7 @@ fn main() {
         })
         .gpu("waker_may_call_cuda", || bounded(60, waker_may_call_cuda))
         .gpu("graph_pool_replays_never_overlap", || bounded(120, graph_pool_replays_never_overlap))
+        .gpu("graph_pools_survive_recapture", || bounded(120, graph_pools_survive_recapture))
         .gpu("scope_waiting_for_another_thread", || bounded(60, scope_waiting_for_another_thread))
         .gpu("shared_cycles_are_errors", || bounded(60, shared_cycles_are_errors))
         .gpu("panic_inside_a_scope", || bounded(60, panic_inside_a_scope))

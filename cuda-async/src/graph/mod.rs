@@ -45,8 +45,11 @@ pub struct CudaGraph<T> {
     output: Option<T>,
     pub(crate) replays: AtomicU64,
     id: u64,
-    /// The pool stream every replay is serialised through, if the graph joined a [`GraphPool`].
-    pub(crate) pool: Option<Stream>,
+    /// The pool streams every replay is serialised through: one per [`GraphPool`] joined, kept
+    /// for the executable graphs built later (found by review: only the last pool joined was
+    /// kept, so a rebuild by `recapture` or `reset_and_recapture` dropped the earlier pools'
+    /// ordering).
+    pub(crate) pools: Vec<Stream>,
 }
 
 impl<T> std::fmt::Debug for CudaGraph<T> {
@@ -89,14 +92,14 @@ impl<T> CudaGraph<T> {
             output: Some(output),
             replays: AtomicU64::new(0),
             id,
-            pool: None,
+            pools: Vec::new(),
         })
     }
 
-    /// Instantiates and uploads `graph` with this graph's options, serialised through its pool.
+    /// Instantiates and uploads `graph` with this graph's options, serialised through its pools.
     fn instantiate(&self, graph: &Graph) -> Result<GraphExec> {
         let mut exec = graph.instantiate_and_upload(self.options.flags, &self.stream)?;
-        if let Some(p) = &self.pool {
+        for p in &self.pools {
             exec.serialize_through(p);
         }
         Ok(exec)

@@ -11,9 +11,14 @@ impl<T> CudaGraph<T> {
     /// replay's wait on the pool, launch and join back are queued under the pool stream's enqueue
     /// lock (`cuda-core`'s serial streams), so two threads' replays cannot both wait on the same
     /// earlier state.
+    ///
+    /// A graph may join several pools; it stays in each, also across `recapture` and
+    /// `reset_and_recapture`.
     pub fn join_pool(&mut self, pool: &GraphPool) {
         self.exec.serialize_through(&pool.stream);
-        self.pool = Some(pool.stream.clone());
+        if !self.pools.contains(&pool.stream) {
+            self.pools.push(pool.stream.clone());
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 
 use cuda_async::{
     memory, CudaGraph, DeviceError, DeviceOp, DeviceOpExt, ExecutionContext, GraphNode, GraphPool,
+    RecapturePath,
 };
 use cuda_async_tests::ops::{test_kernels, AddScalar, SpinWrite};
 use cuda_async_tests::{ensure, random_f32, rng, Failed, Suite, TestResult, POISON_F32};
@@ -533,11 +534,12 @@ fn graph_pool_replays_never_overlap() -> TestResult {
     Ok(())
 }
 
-/// (5a') A graph that joined two pools stays in both across `reset_and_recapture`: each of 20
-/// graphs joins pools `p1` and `p2` and is then captured anew; replays of those and of 20 graphs
-/// of `p1` alone, from two threads on their own streams, never overlap (GPU timestamps). Found by
-/// review: only the last pool joined was remembered, so the rebuilt executables were serialised
-/// through `p2` alone and ran beside `p1`'s other graphs.
+/// (5a') A graph that joined two pools stays in both across rebuilds: each of 20 graphs joins
+/// pools `p1` and `p2` and is then captured anew (`reset_and_recapture`, or `recapture_scope`
+/// with another topology); replays of those and of 20 graphs of `p1` or `p2` alone, from two
+/// threads on their own streams, never overlap (GPU timestamps). Found by review: only the last
+/// pool joined was remembered, so the rebuilt executables were serialised through `p2` alone and
+/// ran beside `p1`'s other graphs.
 fn graph_pools_survive_recapture() -> TestResult {
     let (d, s) = setup()?;
     timed_kernel(&d)?;
@@ -552,13 +554,25 @@ fn graph_pools_survive_recapture() -> TestResult {
             let mut g = Timed { t: &mut scratch, slot: 0, ns: MS / 10 }.graph_on(&s)?;
             g.join_pool(&p1);
             g.join_pool(&p2);
-            g.reset_and_recapture(Timed { t: &mut ta, slot, ns: 2 * MS })?;
+            if slot % 2 == 0 {
+                g.reset_and_recapture(Timed { t: &mut ta, slot, ns: 2 * MS })?;
+            } else {
+                // Two nodes where there was one: the update is refused and `recapture` builds a
+                // new executable (the other rebuild path).
+                let path = g.recapture_scope(|sc| {
+                    sc.record(Timed { t: &mut ta, slot, ns: 2 * MS })?;
+                    sc.record(Timed { t: &mut scratch, slot: 0, ns: MS / 10 })
+                })?;
+                ensure(matches!(path, RecapturePath::Reinstantiated { .. }), format!("rebuilt: {path:?}"))?;
+            }
             a.push(g);
         }
+        // Half of the other graphs in each pool: keeping any single pool of `a`'s lets some of
+        // its replays run beside them.
         let mut b: Vec<CudaGraph<()>> = Vec::new();
         for slot in 0..reps {
             let mut g = Timed { t: &mut tb, slot, ns: 2 * MS }.graph_on(&s)?;
-            g.join_pool(&p1);
+            g.join_pool(if slot % 2 == 0 { &p1 } else { &p2 });
             b.push(g);
         }
         let barrier = Barrier::new(2);

@@ -1,6 +1,7 @@
 # What the fifth 2026-11-28 session left to run (docs/results/gpu-runs-2026-11-28e.md), as two
-# device calls: `bash THIS a` then `bash THIS b`. Prepare here first (the library changed after
-# the session's GPU runs): scripts/gpu-bundle; git rev-parse HEAD > .gpu-tar/commit; cp
+# device calls: `bash THIS a` then `bash THIS b`. The session left .gpu-tar/ ready for aaaecf3 (its
+# last library commit is 3155765): bundle.tar.xz, commit, mut-pool-forgotten. If the library or
+# tests changed since, prepare here first: scripts/gpu-bundle; git rev-parse HEAD > .gpu-tar/commit; cp
 # .gpu-tar/commit .gpu-bundle/.commit; XZ_OPT="-T2 -6" tar -cJf .gpu-tar/bundle.tar.xz .gpu-bundle;
 # git apply scripts/mutations/pool-forgotten.patch; cargo test --release -p cuda-async-tests --test
 # gpu_soundness --no-run; copy the executable to .gpu-tar/mut-pool-forgotten; git apply -R the

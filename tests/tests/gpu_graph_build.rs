@@ -223,6 +223,13 @@ fn conditional_if() -> TestResult {
         ensure(r.is_err(), "the body's error is returned")?;
         b.add_memset(&mut x, 2u32, &[])?;
     }
+    only_the_parents_memset_is_left(&g, &x)
+}
+
+/// After a conditional body failed or panicked (`conditional_if`, `panicking_body_leaves_no_node`):
+/// only the parent's memset is left in `g`, the graph is refused for its orphaned conditional
+/// handle, and nothing wrote `x`.
+fn only_the_parents_memset_is_left(g: &Graph, x: &DeviceBuffer<u32>) -> TestResult {
     let types = g.node_types()?;
     ensure(
         !types.contains(&NodeType::Conditional) && types.len() == 1,
@@ -256,17 +263,7 @@ fn panicking_body_leaves_no_node() -> TestResult {
         ensure(r.is_err(), "the body's panic goes on")?;
         b.add_memset(&mut x, 2u32, &[])?;
     }
-    let types = g.node_types()?;
-    ensure(
-        !types.contains(&NodeType::Conditional) && types.len() == 1,
-        format!("only the parent's memset is left: {types:?}"),
-    )?;
-    let r = g.instantiate(cuda_core::InstantiateFlags::default());
-    ensure(
-        matches!(&r, Err(cuda_core::Error::InvalidArgument(m)) if m.contains("conditional node of this graph was removed")),
-        format!("the graph is refused: {:?}", r.as_ref().err()),
-    )?;
-    ensure(x.to_vec()?.iter().all(|&v| v == 0), "nothing ran")
+    only_the_parents_memset_is_left(&g, &x)
 }
 
 /// A graph that created conditional handles is not embedded in another (`add_child`,

@@ -482,7 +482,7 @@ fn graph_pool_replays_never_overlap() -> TestResult {
     let pool = GraphPool::new(&d)?;
     let mut ta = DeviceBuffer::<u64>::zeros(&s, 2 * reps as usize)?;
     let mut tb = DeviceBuffer::<u64>::zeros(&s, 2 * reps as usize)?;
-    let times = {
+    {
         let mut graphs: Vec<Vec<CudaGraph<()>>> = Vec::new();
         for t in [&mut ta, &mut tb] {
             // One graph per slot (a graph writes a fixed slot).
@@ -495,41 +495,49 @@ fn graph_pool_replays_never_overlap() -> TestResult {
             }
             graphs.push(gs);
         }
-        let barrier = Barrier::new(2);
-        std::thread::scope(|sc| -> TestResult {
-            let hs: Vec<_> = graphs
-                .iter()
-                .map(|gs| {
-                    let barrier = &barrier;
-                    sc.spawn(move || -> TestResult {
-                        let mine = Stream::new(&d)?;
-                        barrier.wait();
-                        for g in gs {
-                            g.enqueue(&mine)?;
-                        }
-                        mine.synchronize()?;
-                        Ok(())
-                    })
+        replay_from_two_threads(&d, [&graphs[0], &graphs[1]])?;
+    }
+    no_replays_overlap([&ta, &tb], "two pool replays")
+}
+
+/// Replays each set of graphs in order from its own thread on its own stream, both threads
+/// starting together, and waits for both.
+fn replay_from_two_threads(d: &Device, sets: [&[CudaGraph<()>]; 2]) -> TestResult {
+    let barrier = Barrier::new(2);
+    std::thread::scope(|sc| -> TestResult {
+        let hs: Vec<_> = sets
+            .into_iter()
+            .map(|gs| {
+                let barrier = &barrier;
+                sc.spawn(move || -> TestResult {
+                    let mine = Stream::new(d)?;
+                    barrier.wait();
+                    for g in gs {
+                        g.enqueue(&mine)?;
+                    }
+                    mine.synchronize()?;
+                    Ok(())
                 })
-                .collect();
-            for h in hs {
-                h.join().map_err(|_| "replayer panicked")??;
-            }
-            Ok(())
-        })?;
-        drop(graphs);
-        let mut all: Vec<(u64, u64)> = Vec::new();
-        for t in [&ta, &tb] {
-            let v = t.to_vec()?;
-            all.extend(v.chunks(2).map(|c| (c[0], c[1])));
+            })
+            .collect();
+        for h in hs {
+            h.join().map_err(|_| "replayer panicked")??;
         }
-        all
-    };
+        Ok(())
+    })
+}
+
+/// The GPU start/end times `Timed` replays wrote (a pair per slot) all show a replay that ran and
+/// spun, and no two of them overlap.
+fn no_replays_overlap(bufs: [&DeviceBuffer<u64>; 2], what: &str) -> TestResult {
+    let mut times: Vec<(u64, u64)> = Vec::new();
+    for t in bufs {
+        times.extend(t.to_vec()?.chunks(2).map(|c| (c[0], c[1])));
+    }
     ensure(times.iter().all(|&(a, b)| a > 0 && b >= a + MS), "every replay ran and spun")?;
-    let mut sorted = times.clone();
-    sorted.sort();
-    for w in sorted.windows(2) {
-        ensure(w[0].1 <= w[1].0, format!("two pool replays overlapped: {:?} and {:?}", w[0], w[1]))?;
+    times.sort();
+    for w in times.windows(2) {
+        ensure(w[0].1 <= w[1].0, format!("{what} overlapped: {:?} and {:?}", w[0], w[1]))?;
     }
     Ok(())
 }
@@ -548,7 +556,7 @@ fn graph_pools_survive_recapture() -> TestResult {
     let mut ta = DeviceBuffer::<u64>::zeros(&s, 2 * reps as usize)?;
     let mut tb = DeviceBuffer::<u64>::zeros(&s, 2 * reps as usize)?;
     let mut scratch = DeviceBuffer::<u64>::zeros(&s, 2)?;
-    let times = {
+    {
         let mut a: Vec<CudaGraph<()>> = Vec::new();
         for slot in 0..reps {
             let mut g = Timed { t: &mut scratch, slot: 0, ns: MS / 10 }.graph_on(&s)?;
@@ -575,42 +583,9 @@ fn graph_pools_survive_recapture() -> TestResult {
             g.join_pool(if slot % 2 == 0 { &p1 } else { &p2 });
             b.push(g);
         }
-        let barrier = Barrier::new(2);
-        std::thread::scope(|sc| -> TestResult {
-            let hs: Vec<_> = [&a, &b]
-                .into_iter()
-                .map(|gs| {
-                    let barrier = &barrier;
-                    sc.spawn(move || -> TestResult {
-                        let mine = Stream::new(&d)?;
-                        barrier.wait();
-                        for g in gs {
-                            g.enqueue(&mine)?;
-                        }
-                        mine.synchronize()?;
-                        Ok(())
-                    })
-                })
-                .collect();
-            for h in hs {
-                h.join().map_err(|_| "replayer panicked")??;
-            }
-            Ok(())
-        })?;
-        drop((a, b));
-        let mut all: Vec<(u64, u64)> = Vec::new();
-        for t in [&ta, &tb] {
-            all.extend(t.to_vec()?.chunks(2).map(|c| (c[0], c[1])));
-        }
-        all
-    };
-    ensure(times.iter().all(|&(a, b)| a > 0 && b >= a + MS), "every replay ran and spun")?;
-    let mut sorted = times.clone();
-    sorted.sort();
-    for w in sorted.windows(2) {
-        ensure(w[0].1 <= w[1].0, format!("replays of a shared pool overlapped: {:?} and {:?}", w[0], w[1]))?;
+        replay_from_two_threads(&d, [&a, &b])?;
     }
-    Ok(())
+    no_replays_overlap([&ta, &tb], "replays of a shared pool")
 }
 
 /// (5b) A scope that waits for another thread running `sync_on` on an unrelated stream completes

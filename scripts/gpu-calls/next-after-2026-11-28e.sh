@@ -1,5 +1,5 @@
 # What the fifth 2026-11-28 session left to run (docs/results/gpu-runs-2026-11-28e.md), as two
-# device calls: `bash THIS a` then `bash THIS b`. The session left .gpu-tar/ ready for aaaecf3 (its
+# device calls: `bash THIS a` then `bash THIS b`. The session left .gpu-tar/ ready for 836a253 (its
 # last library commit is 3155765): bundle.tar.xz, commit, mut-pool-forgotten. If the library or
 # tests changed since, prepare here first: scripts/gpu-bundle; git rev-parse HEAD > .gpu-tar/commit; cp
 # .gpu-tar/commit .gpu-bundle/.commit; XZ_OPT="-T2 -6" tar -cJf .gpu-tar/bundle.tar.xz .gpu-bundle;

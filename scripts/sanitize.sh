@@ -8,7 +8,9 @@
 #        SAN_TIMEOUT (seconds per suite and tool; default 900), SAN_ARGS (extra arguments of the suite,
 #        e.g. "--skip hf_reference_1b" in one process and "hf_reference_1b --exact" in another, so
 #        that a long suite is covered whole by two processes run side by side), SAN_TAG (added to
-#        the log names, to tell such processes apart)
+#        the log names, to tell such processes apart), SAN_TOOL_ARGS (extra arguments of the tool,
+#        e.g. "--launch-count 2500": only the first 2,500 kernel launches of the process are checked,
+#        the rest run unchecked; a run so limited says so in its verdict line)
 # Note: racecheck of gpu_graph_build::conditional_while_counts_to_n needs the GPU to itself: while
 # another sanitizer process shares the GPU, the tool's own library faults in that test's first WHILE
 # replay (docs/results/gpu-runs-2026-11-27d.md); alone it is clean. Under memcheck beside 7 other
@@ -39,7 +41,7 @@ for s in "${suites[@]}"; do
     # if it hangs).
     timeout "${SAN_TIMEOUT:-900}" compute-sanitizer --tool "$tool" --report-api-errors explicit --leak-check no \
       --target-processes application-only \
-      --print-limit 20000 "$exe" --test-threads=1 ${SAN_ARGS:-} >"$log" 2>&1
+      --print-limit 20000 ${SAN_TOOL_ARGS:-} "$exe" --test-threads=1 ${SAN_ARGS:-} >"$log" 2>&1
     rc=$?
     result=$(grep -E '^test result' "$log" | tail -1)
     # API errors: "Program hit CUDA_ERROR_X (error N) due to ... on CUDA API call to cuY." (driver
@@ -73,7 +75,7 @@ for s in "${suites[@]}"; do
       verdict=FAIL; bad=1
       [[ $rc -eq 124 ]] && verdict="FAIL (timeout)"
     fi
-    echo "$name $tool: $verdict | rc $rc | ${result:-no test result} | $summary | api errors $apitotal (unexpected $unexpected)"
+    echo "$name $tool${SAN_TOOL_ARGS:+ ($SAN_TOOL_ARGS)}: $verdict | rc $rc | ${result:-no test result} | $summary | api errors $apitotal (unexpected $unexpected)"
     [[ $verdict == ok ]] || grep -E '^test .*FAILED|Invalid|Race|Hazard|Error' "$log" | head -15 | sed 's/^/    /'
   done
 done

@@ -105,6 +105,28 @@ fn refuse_if_foreign_capture(other: &CudaStream) -> Result<()> {
     }
 }
 
+/// A cudarc slice refused on its way back while its stream was being captured through cudarc,
+/// dropped on the reaper once our last use of it has completed. cudarc's drop queues a free (and
+/// waits) on the slice's stream; queued into the user's open capture, that would invalidate it, or
+/// record a free of memory the graph did not allocate. So at the drop the stream's capture status
+/// is read again: still capturing, the slice is leaked (counted as a drop error) rather than freed
+/// into the capture.
+struct DropOutsideCapture<T>(Option<CudaSlice<T>>);
+
+impl<T> Drop for DropOutsideCapture<T> {
+    fn drop(&mut self) {
+        let Some(slice) = self.0.take() else { return };
+        if refuse_if_foreign_capture(slice.stream()).is_err() {
+            crate::error::note_drop(Err(Error::Capture(
+                "a refused cudarc slice whose stream is still being captured (leaked)",
+            )));
+            std::mem::forget(slice);
+            return;
+        }
+        drop(slice);
+    }
+}
+
 /// The raw `other` waits for `ev` (already recorded).
 fn raw_waits(other: &CudaStream, ev: &PooledEvent, during: &'static str) -> Result<()> {
     // SAFETY: `other` is a live stream of the primary context the event belongs to (checked by
@@ -286,7 +308,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         // A wait queued into cudarc's capture on an event recorded outside it would invalidate
         // that capture (and not order the stream's later work): refused instead.
         if let Err(e) = refuse_if_foreign_capture(&theirs) {
-            crate::track::reaper::drop_after(Arc::new(ev), Box::new(slice));
+            crate::track::reaper::drop_after(Arc::new(ev), Box::new(DropOutsideCapture(Some(slice))));
             return Err(e);
         }
         if let Err(e) = raw_waits(&theirs, &ev, DURING) {

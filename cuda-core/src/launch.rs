@@ -32,12 +32,20 @@ impl LaunchConfig {
     /// A 1-D launch with `block` threads per block and enough blocks to cover `n` elements (at
     /// least one block).
     ///
+    /// The grid is never smaller than `n` needs: where that is more than 2³¹ − 1 blocks (the
+    /// hardware's limit for `grid.x`), the grid is larger than the limit (at most `u32::MAX`) and
+    /// the launch is refused with a driver error rather than run over part of `n`. A kernel meant
+    /// for such sizes takes a grid-stride loop and a grid of its own choosing.
+    ///
     /// ```
     /// use cuda_core::LaunchConfig;
     /// let cfg = LaunchConfig::for_elements(1000, 256);
     /// assert_eq!(cfg.grid, (4, 1, 1)); // ceil(1000 / 256) blocks
     /// assert_eq!(cfg.block, (256, 1, 1));
     /// assert_eq!(LaunchConfig::for_elements(0, 256).grid, (1, 1, 1)); // never an empty grid
+    /// // Past the hardware limit the grid stays too large to launch, never too small:
+    /// assert_eq!(LaunchConfig::for_elements((1 << 31) + 5, 1).grid.0, (1 << 31) + 5);
+    /// assert_eq!(LaunchConfig::for_elements(usize::MAX, 1).grid.0, u32::MAX);
     /// ```
     pub fn for_elements(n: usize, block: u32) -> LaunchConfig {
         let block = block.max(1);

@@ -160,10 +160,12 @@ impl AttnShape {
         )))
     }
 
-    /// Elements of `qkv` per row: `(heads + 2 * kv_heads) * head_dim` (cannot overflow: three
-    /// `u32` values).
+    /// Elements of `qkv` per row: `(heads + 2 * kv_heads) * head_dim`, saturating at `usize::MAX`
+    /// (three `u32` values can overflow it; [`AttnShape::validate`] refuses such a shape).
     pub fn qkv_row(&self) -> usize {
-        (self.heads as usize + 2 * self.kv_heads as usize) * self.head_dim as usize
+        (self.heads as usize)
+            .saturating_add((self.kv_heads as usize).saturating_mul(2))
+            .saturating_mul(self.head_dim as usize)
     }
 
     /// Elements of the attention's `partial` scratch:
@@ -834,5 +836,11 @@ mod tests {
         // qkv_row is computed in 64 bits (the kernel does the same): no wrap at heads near 2^32.
         let wide = AttnShape { heads: u32::MAX - 7, kv_heads: (u32::MAX - 7) / 8, ..big };
         assert_eq!(wide.qkv_row(), ((u32::MAX - 7) as usize + 2 * ((u32::MAX - 7) / 8) as usize) * 128);
+        // Three u32 values whose product passes 2^64: qkv_row saturates, and validate refuses the
+        // shape instead of panicking on the overflow (in a debug build) before its range checks.
+        let absurd =
+            AttnShape { heads: u32::MAX, kv_heads: (1 << 31) - 1, head_dim: u32::MAX, batch: 1, ..big };
+        assert_eq!(absurd.qkv_row(), usize::MAX);
+        assert!(absurd.validate().is_err());
     }
 }

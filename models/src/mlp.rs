@@ -47,6 +47,26 @@ impl std::fmt::Debug for MlpWeights {
     }
 }
 
+/// One layer's random host weights and biases (see [`MlpWeights::random`]). The host copies are
+/// reserved fallibly: sizes whose element counts fit `usize` may still be far beyond memory, which
+/// is an error, not a panic or an aborted process.
+fn host_layer(rng: &mut StdRng, din: usize, dout: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+    let lens = LinearShape { batch: 1, in_dim: din, out_dim: dout, relu: false }.lens()?;
+    let wb = (6.0 / din as f64).sqrt() as f32;
+    let bb = (1.0 / din as f64).sqrt() as f32;
+    let mut w: Vec<f32> = Vec::new();
+    let mut b: Vec<f32> = Vec::new();
+    if w.try_reserve_exact(lens.w).is_err() || b.try_reserve_exact(lens.b).is_err() {
+        return Err(invalid(format!(
+            "MLP layer {din} -> {dout}: {} weights do not fit in host memory",
+            lens.w
+        )));
+    }
+    w.extend((0..lens.w).map(|_| rng.random_range(-wb..wb)));
+    b.extend((0..lens.b).map(|_| rng.random_range(-bb..bb)));
+    Ok((w, b))
+}
+
 impl MlpWeights {
     /// Random weights for layer sizes `dims` (`dims.len() - 1` layers; `[1024; 5]` gives the
     /// example's 4 layers), uploaded on `stream` (their home stream; use the model on it too, so
@@ -56,8 +76,8 @@ impl MlpWeights {
     /// moment of the activations constant through ReLU layers, and `b ~ U(-1/sqrt(in), 1/sqrt(in))`
     /// (PyTorch's default), so outputs stay O(1) for inputs in `[-1, 1)`. Deterministic in `seed`.
     ///
-    /// Errors: fewer than two sizes, a zero size, or an overflowing size
-    /// ([`cuda_core::Error::InvalidArgument`]); allocation and copy errors.
+    /// Errors: fewer than two sizes, a zero size, an overflowing size, or weights that do not fit
+    /// in host memory ([`cuda_core::Error::InvalidArgument`]); allocation and copy errors.
     pub fn random(stream: &Stream, seed: u64, dims: &[usize]) -> Result<MlpWeights> {
         if dims.len() < 2 || dims.contains(&0) {
             return Err(invalid(format!("an MLP needs at least two non-zero layer sizes, got {dims:?}")));
@@ -67,11 +87,7 @@ impl MlpWeights {
         let mut host = Vec::with_capacity(dims.len() - 1);
         for pair in dims.windows(2) {
             let (din, dout) = (pair[0], pair[1]);
-            let lens = LinearShape { batch: 1, in_dim: din, out_dim: dout, relu: false }.lens()?;
-            let wb = (6.0 / din as f64).sqrt() as f32;
-            let bb = (1.0 / din as f64).sqrt() as f32;
-            let w: Vec<f32> = (0..lens.w).map(|_| rng.random_range(-wb..wb)).collect();
-            let b: Vec<f32> = (0..lens.b).map(|_| rng.random_range(-bb..bb)).collect();
+            let (w, b) = host_layer(&mut rng, din, dout)?;
             layers.push((DeviceBuffer::from_host(stream, &w)?, DeviceBuffer::from_host(stream, &b)?));
             host.push((w, b));
         }
@@ -459,3 +475,22 @@ impl Module for GraphMlp {
 /// pass before they are read), so any replica answers any input alike: `GraphMlp` can be served by
 /// [`cuda_async::Replicas`].
 impl cuda_async::graph::Replicable for GraphMlp {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Element counts that fit `usize` but not memory are refused with an error: past
+    /// `isize::MAX` bytes, and 4 EiB (past any address space). Small layers are generated.
+    #[test]
+    fn host_layers_beyond_memory_are_refused() {
+        let mut rng = StdRng::seed_from_u64(1);
+        for (din, dout) in [((1usize << 31) - 1, (1usize << 31) - 1), (1 << 30, 1 << 30)] {
+            let e = host_layer(&mut rng, din, dout).unwrap_err().to_string();
+            assert!(e.contains("do not fit in host memory"), "{din} -> {dout}: {e}");
+        }
+        let (w, b) = host_layer(&mut rng, 3, 2).unwrap();
+        assert_eq!((w.len(), b.len()), (6, 2));
+        assert!(w.iter().all(|v| v.abs() < (2.0f32).sqrt()));
+    }
+}

@@ -120,6 +120,33 @@ fn diamond_dependencies() -> TestResult {
     assert_close(&w.to_vec()?, &xh.iter().map(|&v| 5.0 * v as f64).collect::<Vec<_>>(), 1e-6)
 }
 
+/// A memset or a copy of empty buffers is an empty node joining its dependencies (the driver
+/// refuses memset and copy nodes of width 0), as the eager memsets and copies skip empty buffers:
+/// building succeeds, and the nodes still order what depends on them.
+fn empty_memset_and_copy_nodes() -> TestResult {
+    let (d, s) = setup()?;
+    let mut empty = DeviceBuffer::<u32>::zeros(&s, 0)?;
+    let empty_src = DeviceBuffer::<u32>::zeros(&s, 0)?;
+    let mut x = DeviceBuffer::<u32>::filled(&s, 4096, 0)?;
+    let mut g = Graph::new(&d)?;
+    {
+        let mut b = g.builder();
+        let first = b.add_memset(&mut x, 1u32, &[])?;
+        let set = b.add_memset(&mut empty, 9u32, &[first])?;
+        let copy = b.add_copy(&empty_src, &mut empty, &[set])?;
+        b.add_memset(&mut x, 2u32, &[copy])?;
+    }
+    let types = g.node_types()?;
+    let empties = types.iter().filter(|t| **t == NodeType::Empty).count();
+    ensure(empties == 2, format!("two empty nodes for the empty memset and copy, got {types:?}"))?;
+    let graph = CudaGraph::from_graph(&s, g, CaptureOptions::default())?;
+    for _ in 0..3 {
+        graph.launch().sync_on(&s)?;
+    }
+    // The chain 1 -> (empty) -> (empty) -> 2 is ordered: the last memset wins every replay.
+    ensure(x.to_vec()?.iter().all(|&v| v == 2), "the memset after the empty nodes ran last")
+}
+
 fn child_graph_and_extra_edges() -> TestResult {
     let (d, s) = setup()?;
     let mut r = rng();
@@ -577,6 +604,7 @@ fn main() {
     let mut s = Suite::new();
     s.gpu("every_node_kind", every_node_kind)
         .gpu("diamond_dependencies", diamond_dependencies)
+        .gpu("empty_memset_and_copy_nodes", empty_memset_and_copy_nodes)
         .gpu("child_graph_and_extra_edges", child_graph_and_extra_edges)
         .gpu("exec_update_success_and_refusal", exec_update_success_and_refusal)
         .gpu("conditional_if", conditional_if)

@@ -246,7 +246,7 @@ fn cudarc_capture_not_joined() -> TestResult {
 /// that capture: cudarc's capture stays valid (its end succeeds). Mutation caught: the wait
 /// queued anyway (a wait on an event recorded outside the capture: the driver refuses it and
 /// invalidates cudarc's capture, so `end_capture` fails, and the hand-back fails with a driver
-/// error instead of `Error::Capture`). Not yet run on a GPU.
+/// error instead of `Error::Capture`).
 fn into_cudarc_refused_while_cudarc_captures() -> TestResult {
     let ctx = ctx()?;
     let cs = ctx.new_stream().map_err(|e| e.to_string())?;
@@ -269,6 +269,39 @@ fn into_cudarc_refused_while_cudarc_captures() -> TestResult {
     ensure(ended.is_ok(), format!("cudarc's capture was left valid, got {ended:?}"))?;
     s.synchronize()?;
     cs.synchronize().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// As above, but with no use of ours outlasting cudarc's capture: the refused slice's drop comes
+/// (on the reaper) while cudarc's capture is still open. Found by review: that drop ran cudarc's
+/// free on the slice's stream, into the user's capture. Now the slice is leaked while its stream
+/// is captured, and cudarc's capture ends cleanly. Mutation to try: drop the slice without the
+/// check (`DropOutsideCapture`): cudarc's free is queued into the capture. Not yet run on a GPU.
+fn refused_slice_is_not_freed_into_cudarcs_capture() -> TestResult {
+    let ctx = ctx()?;
+    let cs = ctx.new_stream().map_err(|e| e.to_string())?;
+    let s = Stream::new(&Device::new(0)?)?;
+    for mode in [
+        sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    ] {
+        let slice = cs.clone_htod(&[1.0f32; 64]).map_err(|e| e.to_string())?;
+        cs.synchronize().map_err(|e| e.to_string())?;
+        // SAFETY: nothing else touches `slice` while it is wrapped.
+        let buf = unsafe { DeviceBuffer::from_cudarc(slice, &s)? };
+        s.synchronize()?;
+        cs.begin_capture(mode).map_err(|e| e.to_string())?;
+        let refused = buf.into_cudarc();
+        // The reaper has long dropped the refused slice by now (our use of it is complete).
+        std::thread::sleep(Duration::from_millis(100));
+        let ended = cs.end_capture(sys::CUgraphInstantiate_flags(0)).map(drop).map_err(|e| e.to_string());
+        ensure(
+            matches!(refused, Err(cuda_core::Error::Capture(_))),
+            format!("{mode:?}: refused, got {:?}", refused.map(|_| ())),
+        )?;
+        ensure(ended.is_ok(), format!("{mode:?}: cudarc's capture was left valid, got {ended:?}"))?;
+        cs.synchronize().map_err(|e| e.to_string())?;
+    }
     Ok(())
 }
 
@@ -452,6 +485,10 @@ fn main() {
         .gpu("owner_handed_back_after_uses", owner_handed_back_after_uses)
         .gpu("cudarc_capture_not_joined", cudarc_capture_not_joined)
         .gpu("into_cudarc_refused_while_cudarc_captures", into_cudarc_refused_while_cudarc_captures)
+        .gpu(
+            "refused_slice_is_not_freed_into_cudarcs_capture",
+            refused_slice_is_not_freed_into_cudarcs_capture,
+        )
         .gpu(
             "objects_land_in_our_context_after_cudarc_switches_it",
             objects_land_in_our_context_after_cudarc_switches_it,

@@ -384,7 +384,9 @@ fn mlp_refusals() -> TestResult {
     let d = dev()?;
     let s = Stream::new(&d)?;
     let mut r = rng();
-    for dims in [&[4usize][..], &[], &[4, 0, 2]] {
+    // The last two: weights past isize::MAX bytes, and 4 EiB (past any address space), whose
+    // element counts fit usize: refused, not a panic or an aborted process.
+    for dims in [&[4usize][..], &[], &[4, 0, 2], &[(1 << 31) - 1, (1 << 31) - 1], &[1 << 30, 1 << 30]] {
         ensure(MlpWeights::random(&s, 1, dims).is_err(), format!("dims {dims:?} must be refused"))?;
     }
     let weights = Arc::new(MlpWeights::random(&s, r.random(), &[64, 48, 16])?);

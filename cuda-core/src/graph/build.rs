@@ -421,7 +421,8 @@ impl<'g> GraphBody<'g> {
         self.add(deps, |d| unsafe { result::graph_add_empty_node(g, d) })
     }
 
-    /// Sets every element of `dst` to `value` (element sizes 1, 2 or 4 bytes).
+    /// Sets every element of `dst` to `value` (element sizes 1, 2 or 4 bytes). An empty `dst`
+    /// gives an empty node joining `deps`.
     pub fn add_memset<T: DeviceRepr>(
         &mut self,
         dst: &mut DeviceBuffer<T>,
@@ -443,6 +444,11 @@ impl<'g> GraphBody<'g> {
             }
         };
         self.check_device(dst.device())?;
+        if dst.is_empty() {
+            // Nothing to set (and the driver refuses a memset node of width 0): a barrier joining
+            // `deps`, as the eager memsets skip empty buffers.
+            return self.add_empty(deps);
+        }
         self.keep.add_alloc(dst.allocation());
         let p = sys::CUDA_MEMSET_NODE_PARAMS {
             dst: dst.device_ptr(),
@@ -459,7 +465,8 @@ impl<'g> GraphBody<'g> {
         self.add_using(deps, &uses, |d| unsafe { result::graph_add_memset_node(g, d, &p, ctx) })
     }
 
-    /// Copies `src` into `dst` (device to device; lengths must match).
+    /// Copies `src` into `dst` (device to device; lengths must match). Empty buffers give an
+    /// empty node joining `deps`.
     pub fn add_copy<T: DeviceRepr>(
         &mut self,
         src: &DeviceBuffer<T>,
@@ -475,6 +482,11 @@ impl<'g> GraphBody<'g> {
         }
         self.check_device(src.device())?;
         self.check_device(dst.device())?;
+        if dst.is_empty() {
+            // Nothing to copy (and the driver refuses a copy node of width 0): a barrier joining
+            // `deps`, as the eager copies skip empty buffers.
+            return self.add_empty(deps);
+        }
         self.keep.add_alloc(src.allocation());
         self.keep.add_alloc(dst.allocation());
         // Every field spelled out: the memory-type enums have no zero value, so zeroing the struct

@@ -158,7 +158,17 @@ pub(crate) fn defer_free(
 /// frees are queued (or leaked if the driver is still capturing, which only happens when the last
 /// handle is dropped on another thread than the capturing one). Returns what the capture kept, to
 /// be dropped by the caller once no lock is held.
-pub(crate) fn abandon(raw: sys::CUstream, state: &mut StreamState) -> Option<Box<Capture>> {
+///
+/// With `keep_if_still` (a handle other than the stream's last one is being dropped), a capture
+/// the driver did not end stays recorded in `state` and `None` is returned: the crate's state then
+/// never says "not capturing" of a stream the driver still captures, so a handle that still
+/// reaches the stream (one cloned meanwhile from a kept allocation's) gets `Error::Capture` for
+/// its enqueues rather than having them recorded, unrun, into a capture nobody can end.
+pub(crate) fn abandon(
+    raw: sys::CUstream,
+    state: &mut StreamState,
+    keep_if_still: bool,
+) -> Option<Box<Capture>> {
     let mut cap = state.capture.take()?;
     // SAFETY: live stream handle (destroyed only after this).
     let (res, graph) = unsafe { result::stream_end_capture(raw) };
@@ -176,6 +186,11 @@ pub(crate) fn abandon(raw: sys::CUstream, state: &mut StreamState) -> Option<Box
     if !graph.is_null() {
         // SAFETY: a graph handed back to us is ours to destroy; nothing else refers to it.
         let _ = unsafe { result::graph_destroy(graph) };
+    }
+    if still && keep_if_still {
+        crate::error::note_drop_error(res, "ending the capture of a dropped stream handle (it goes on)");
+        state.capture = Some(cap);
+        return None;
     }
     if res == sys::CUresult::CUDA_SUCCESS || res == sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED {
         cap.queue_deferred_frees(raw);

@@ -41,7 +41,7 @@ impl Drop for StreamInner {
         let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         // A capture still open on the last handle is abandoned: end it (discarding the graph), and
         // queue the frees it deferred. What it kept alive is released after this (no lock held).
-        let abandoned = state::abandon(self.raw, state);
+        let abandoned = state::abandon(self.raw, state, false);
         self.capture_id.store(0, Ordering::Relaxed);
         // SAFETY: we own the handle and nothing uses it after the last Arc is gone. The driver
         // defers the release until queued work is complete. An error cannot be reported here.
@@ -88,17 +88,25 @@ impl Drop for Stream {
         if self.capture_tag() == 0 {
             return;
         }
-        let others = Arc::strong_count(&self.inner) - 1;
         // Bound as on every path (the calls below use only this stream's handle, which the driver
         // runs in its own context, so a failed bind leaves them to that).
         self.inner.device.bind_in_drop();
         let abandoned = {
             let mut st = self.lock();
+            // Counted under the lock, in the same critical section as the capture's own count, so
+            // that no enqueue (which takes the lock) lands between the two readings. A clone made
+            // meanwhile from a kept allocation's handle (`DeviceBuffer::home_stream`) can still
+            // race this; the capture is then abandoned while that handle lives: its later work runs
+            // eagerly and its `end_capture` fails with `Error::Capture` (and if the driver did not
+            // end the capture, the state keeps it: see `state::abandon`).
+            let others = Arc::strong_count(&self.inner) - 1;
             match st.capture.as_ref() {
                 Some(cap) if cap.refs_to(self) == others => {}
                 _ => return,
             }
-            let cap = state::abandon(self.raw(), &mut st);
+            let Some(cap) = state::abandon(self.raw(), &mut st, true) else {
+                return; // the driver still captures: the state says so too
+            };
             self.set_capture_tag(0);
             cap
         };

@@ -185,6 +185,11 @@ impl SlotPool {
 
 /// A fresh page of zeroed slots, mapped into `device`'s address space. Never freed.
 fn new_page(device: &Device) -> Result<Vec<(&'static AtomicU64, sys::CUdeviceptr, u64)>> {
+    // Page-locked allocation is refused to a thread with a capture open (see
+    // `driver::this_thread_captures`): the caller gets an error, the capture stays valid.
+    if crate::driver::this_thread_captures() {
+        return Err(Error::Capture("allocating progress counters while this thread captures a stream"));
+    }
     device.bind()?;
     let bytes = SLOTS_PER_PAGE * 8;
     let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;

@@ -494,6 +494,48 @@ fn stream_dropped_mid_capture_ends_its_capture() -> TestResult {
     Ok(())
 }
 
+/// Page-locked memory on a thread that has a capture open (found by review: `PinnedBuffer::new`
+/// and its drop called `cuMemHostAlloc` / waited and called `cuMemFreeHost`, which the driver
+/// forbids a capturing thread in the thread-local and global modes, failing the call and
+/// invalidating the capture). Now the allocation is refused with `Error::Capture` before the driver
+/// sees it, a buffer dropped there (its copy still pending) is freed later on the reaper thread,
+/// and the capture stays valid: it ends, and its graph replays. No drop error is counted. Mutation
+/// to try: drop `driver::this_thread_captures` from `PinnedBuffer`'s drop (`pinned-drop-in-capture`).
+/// Not yet run on a GPU.
+fn page_locked_memory_on_a_capturing_thread() -> TestResult {
+    let d = dev()?;
+    for mode in [CaptureMode::ThreadLocal, CaptureMode::Global, CaptureMode::Relaxed] {
+        let s = Stream::new(&d)?;
+        let mut x = DeviceBuffer::<f32>::filled(&s, 1 << 20, 5.0)?;
+        let mut host = PinnedBuffer::new(&d, 1 << 20, 0f32)?;
+        // A copy into the buffer still pending when it is dropped inside the capture.
+        // SAFETY: `x` is never read on the host while the spin writes it.
+        unsafe { SpinWrite { buf: &mut x, ns: 20_000_000, v: 7.0 }.async_on(&s)? };
+        host.copy_from_device_async(&s, &x)?;
+        let before = cuda_core::drop_errors().0;
+        s.begin_capture(mode)?;
+        let refused = PinnedBuffer::new(&d, 4096, 0u8);
+        drop(host);
+        let filled = x.fill(&s, 9.0);
+        let g = s.end_capture();
+        ensure(
+            matches!(refused, Err(Error::Capture(_))),
+            format!("{mode:?}: allocation refused, got {:?}", refused.map(|_| ())),
+        )?;
+        filled?;
+        let g = g.map_err(|e| format!("{mode:?}: the capture was left valid, got {e}"))?;
+        let exec = g.instantiate(Default::default())?;
+        exec.launch(&s)?;
+        s.synchronize()?;
+        ensure(x.to_vec()?.iter().all(|&v| v == 9.0), format!("{mode:?}: the captured fill ran"))?;
+        // The reaper has freed the dropped buffer once its copy completed.
+        std::thread::sleep(Duration::from_millis(50));
+        let after = cuda_core::drop_errors();
+        ensure(after.0 == before, format!("{mode:?}: drop errors {before} -> {after:?}"))?;
+    }
+    Ok(())
+}
+
 /// Spins the calling thread for `us` microseconds.
 fn spin_us(us: u64) {
     let t = Instant::now();
@@ -803,6 +845,7 @@ fn main() {
             shared_op_first_run_inside_a_capture_is_refused,
         )
         .gpu("stream_dropped_mid_capture_ends_its_capture", stream_dropped_mid_capture_ends_its_capture)
+        .gpu("page_locked_memory_on_a_capturing_thread", page_locked_memory_on_a_capturing_thread)
         .gpu(
             "capturing_stream_dropped_on_another_thread_keeps_the_gate_closed",
             capturing_stream_dropped_on_another_thread_keeps_the_gate_closed,

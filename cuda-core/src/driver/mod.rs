@@ -80,32 +80,58 @@ pub const MIN_DRIVER_CUDA_VERSION: (u32, u32) = (13, 0);
 /// So the two never overlap: a device-wide operation runs only while no capture is open (it is
 /// refused otherwise: waiting could deadlock on a capture of its own thread), and a capture waits
 /// to begin while a device-wide operation is in flight (those only wait for queued GPU work).
+///
+/// The gate also knows which thread began each open capture (`capturing`, one entry per capture),
+/// so that calls the driver forbids a capturing thread to make (page-locked allocation and its
+/// free) are refused or deferred before the driver sees them: [`this_thread_captures`].
 struct Gate {
     open_captures: usize,
     device_wide: usize,
+    capturing: Vec<std::thread::ThreadId>,
 }
 
-static GATE: Mutex<Gate> = Mutex::new(Gate { open_captures: 0, device_wide: 0 });
+static GATE: Mutex<Gate> = Mutex::new(Gate { open_captures: 0, device_wide: 0, capturing: Vec::new() });
 static GATE_FREE: Condvar = Condvar::new();
 
 fn gate() -> MutexGuard<'static, Gate> {
     GATE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Counts a capture in (before the driver is asked to begin it), first waiting for any
-/// device-wide operation in flight to finish.
+/// Counts a capture of the calling thread in (before the driver is asked to begin it), first
+/// waiting for any device-wide operation in flight to finish.
 pub(crate) fn capture_opened() {
     let mut g = gate();
     while g.device_wide > 0 {
         g = GATE_FREE.wait(g).unwrap_or_else(|p| p.into_inner());
     }
     g.open_captures += 1;
+    g.capturing.push(std::thread::current().id());
 }
 
-/// Counts a capture out (once the driver has ended it, or refused to begin it).
+/// Counts a capture of the calling thread out (once the driver has ended it, or refused to begin
+/// it).
 pub(crate) fn capture_closed() {
+    capture_closed_by(std::thread::current().id());
+}
+
+/// Counts out a capture that `thread` began (the drop of its stream's last handle may end it on
+/// another thread).
+pub(crate) fn capture_closed_by(thread: std::thread::ThreadId) {
     let mut g = gate();
     g.open_captures = g.open_captures.saturating_sub(1);
+    if let Some(i) = g.capturing.iter().position(|t| *t == thread) {
+        g.capturing.swap_remove(i);
+    }
+}
+
+/// Whether the calling thread has a capture open (begun through this crate and not yet ended). The
+/// driver forbids such a thread calls that may synchronise implicitly, page-locked allocation and
+/// its free among them (in the thread-local and global modes the call fails and invalidates the
+/// capture): `PinnedBuffer::new` and the staged peer copy refuse with `Error::Capture` first, and a
+/// page-locked buffer dropped on such a thread is freed later, on the reaper thread.
+pub(crate) fn this_thread_captures() -> bool {
+    let me = std::thread::current().id();
+    gate().capturing.contains(&me)
 }
 
 /// Runs `f`, a device-wide driver operation, with no capture open anywhere in the process and
@@ -158,5 +184,39 @@ pub fn gpu_available() -> Result<usize> {
         Ok(0) => Err(Error::NoDevice { reason: "the driver reports 0 devices".into() }),
         Ok(n) => Ok(n),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The gate knows which thread each open capture belongs to: the capturing thread sees its
+    /// capture, another thread does not, and a capture counted out on another thread (the drop of
+    /// a stream's last handle there) is no longer the first thread's. Device-wide operations are
+    /// refused while any capture is open. (The only test of this crate that opens the gate, so the
+    /// process-wide counts are its own.)
+    #[test]
+    fn gate_tracks_capturing_threads() {
+        assert!(!this_thread_captures());
+        capture_opened();
+        assert!(this_thread_captures());
+        assert!(matches!(device_wide("test", || Ok(())), Err(Error::Capture("test"))));
+        let me = std::thread::current().id();
+        std::thread::spawn(move || {
+            assert!(!this_thread_captures(), "another thread's capture is not this one's");
+            capture_closed_by(me);
+        })
+        .join()
+        .unwrap();
+        assert!(!this_thread_captures());
+        assert!(device_wide("test", || Ok(())).is_ok());
+        // Two captures of one thread: open until both are closed.
+        capture_opened();
+        capture_opened();
+        capture_closed();
+        assert!(this_thread_captures());
+        capture_closed();
+        assert!(!this_thread_captures());
     }
 }

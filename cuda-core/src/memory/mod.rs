@@ -12,6 +12,7 @@
 //! in the middle of it (see `graph::capture` and `track::access`).
 
 mod buffer;
+mod host_alloc;
 mod peer_copy;
 mod pinned;
 mod repr;

@@ -21,6 +21,7 @@
 //! with [`Error::Capture`] (a capture must stay on one stream; the staged path uses two).
 
 use super::buffer::DeviceBuffer;
+use super::host_alloc::HostAlloc;
 use super::repr::DeviceRepr;
 use crate::device::Device;
 use crate::driver::result;
@@ -29,7 +30,6 @@ use crate::event::PooledEvent;
 use crate::stream::Stream;
 use crate::track::order::{ordered_with, record, InCapture};
 use crate::track::Access;
-use cudarc::driver::sys;
 use std::sync::Arc;
 
 /// How a [`DeviceBuffer::copy_from_peer`] moved the data.
@@ -50,38 +50,6 @@ pub struct PeerCopyOptions {
     /// Take the staged path even where a direct copy is possible (so that it can be tested on one
     /// device).
     pub force_staged: bool,
-}
-
-/// Page-locked host memory used as the bounce buffer of one staged copy.
-struct Staging {
-    ptr: *mut std::ffi::c_void,
-    device: Device,
-}
-
-// SAFETY: the pointer is owned; it is only handed to the driver (by the copy that created it) and
-// freed once, on drop, after every copy using it has completed.
-unsafe impl Send for Staging {}
-
-impl Staging {
-    fn new(device: &Device, bytes: usize) -> Result<Staging> {
-        device.bind()?;
-        const DURING: &str = "allocating the page-locked bounce buffer of a staged copy";
-        // SAFETY: context bound. Portable, so both devices' contexts may use it.
-        let ptr = unsafe { result::mem_host_alloc(bytes, sys::CU_MEMHOSTALLOC_PORTABLE, DURING) }?;
-        Ok(Staging { ptr, device: *device })
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        if self.device.bind_in_drop() {
-            // SAFETY: allocated by cuMemHostAlloc; dropped only once no queued copy uses it (after
-            // the event behind the last copy, or after synchronising both streams).
-            let res =
-                unsafe { result::mem_free_host(self.ptr, "freeing the bounce buffer of a staged copy") };
-            crate::error::note_drop(res);
-        }
-    }
 }
 
 /// Whether `a` and `b` can copy directly; enables peer access both ways on first use. Any failure
@@ -187,7 +155,12 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     fn copy_staged(&mut self, stream: &Stream, src: &DeviceBuffer<T>) -> Result<()> {
         let (dst_ptr, src_ptr, bytes) = (self.device_ptr(), src.device_ptr(), self.size_bytes());
-        let staging = Staging::new(stream.device(), bytes)?;
+        let staging = HostAlloc::new(
+            stream.device(),
+            bytes,
+            "allocating the page-locked bounce buffer of a staged copy",
+            "freeing the bounce buffer of a staged copy",
+        )?;
         let host = staging.ptr;
         // The device-to-host half runs on a stream of the source's device: `stream` itself when
         // it is one, else the source's home stream (locked by `ordered_with`, as every home stream

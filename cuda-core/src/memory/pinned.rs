@@ -1,6 +1,7 @@
 //! `PinnedBuffer<T>`: page-locked host memory for truly asynchronous copies.
 
 use super::buffer::DeviceBuffer;
+use super::host_alloc::HostAlloc;
 use super::repr::DeviceRepr;
 use crate::device::Device;
 use crate::driver::result;
@@ -67,11 +68,11 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
             .ok_or_else(|| Error::InvalidArgument(format!("{len} elements overflow")))?;
         let mut ptr = std::ptr::NonNull::<T>::dangling().as_ptr();
         if bytes > 0 {
-            device.bind()?;
-            const DURING: &str = "allocating pinned host memory";
-            // SAFETY: context bound. Portable so any context may use it.
-            let raw = unsafe { result::mem_host_alloc(bytes, sys::CU_MEMHOSTALLOC_PORTABLE, DURING) }?;
-            ptr = raw.cast();
+            // Refused on a thread that has a capture open (see `HostAlloc`). The allocation is
+            // owned by this buffer from here on (freed by its drop).
+            let raw = HostAlloc::new(device, bytes, "allocating pinned host memory", FREEING)?;
+            ptr = raw.ptr.cast();
+            std::mem::forget(raw);
             for i in 0..len {
                 // SAFETY: `ptr` is a fresh allocation of `len` elements, suitably aligned (the
                 // driver returns page-aligned memory).
@@ -227,6 +228,8 @@ fn unsafe_zero<T: DeviceRepr>() -> T {
     unsafe { std::mem::zeroed() }
 }
 
+const FREEING: &str = "freeing page-locked host memory";
+
 impl<T: DeviceRepr> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
         // No allocation was made for zero bytes (no elements, or a zero-sized `T`: found by
@@ -234,11 +237,21 @@ impl<T: DeviceRepr> Drop for PinnedBuffer<T> {
         if self.len == 0 || size_of::<T>() == 0 {
             return;
         }
+        // A thread with a capture open may neither wait for the transfer nor free page-locked
+        // memory (the driver would fail both and invalidate the capture): the free goes to the
+        // reaper thread, after the pending transfer.
+        if crate::driver::this_thread_captures() {
+            // SAFETY: allocated by cuMemHostAlloc (`new`), owned by this buffer, which is gone
+            // after this drop.
+            let owner = unsafe { HostAlloc::from_raw(self.ptr.cast(), self.device, FREEING) };
+            owner.free_off_capturing_thread(self.pending.take());
+            return;
+        }
         // The memory must not be freed while a transfer still touches it: wait first. If the wait
         // or the context binding fails, leak the memory rather than risk freeing it early.
         if self.wait().is_ok() && self.device.bind_in_drop() {
             // SAFETY: allocated by cuMemHostAlloc; no transfer is in flight any more.
-            let res = unsafe { result::mem_free_host(self.ptr.cast(), "freeing page-locked host memory") };
+            let res = unsafe { result::mem_free_host(self.ptr.cast(), FREEING) };
             crate::error::note_drop(res);
         }
     }

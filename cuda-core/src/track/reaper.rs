@@ -31,7 +31,8 @@ use std::time::Duration;
 /// Type-erased on purpose: the values are genuinely heterogeneous — graphs' keep-alive sets, staging
 /// buffers of copies between devices, and the foreign owners of wrapped memory (any user type, see
 /// `crate::interop`) — and are only ever dropped.
-type Item = (Arc<PooledEvent>, Box<dyn Any + Send>);
+/// No event: drop as soon as the reaper thread gets to it ([`drop_later`]).
+type Item = (Option<Arc<PooledEvent>>, Box<dyn Any + Send>);
 
 /// Values handed to the reaper thread and not yet dropped (or forgotten).
 static QUEUED: AtomicUsize = AtomicUsize::new(0);
@@ -75,7 +76,9 @@ fn sender() -> Option<Sender<Item>> {
                 for (event, item) in rx {
                     // If the wait fails the context is unusable and nothing will run any more:
                     // dropping is safe either way.
-                    let _ = event.sync_unchecked();
+                    if let Some(event) = &event {
+                        let _ = event.sync_unchecked();
+                    }
                     release(item);
                     drop(event);
                     QUEUED.fetch_sub(1, Ordering::AcqRel);
@@ -118,9 +121,11 @@ pub(crate) fn drop_after(event: Arc<PooledEvent>, item: Box<dyn Any + Send>) {
     match sender() {
         Some(tx) => {
             QUEUED.fetch_add(1, Ordering::AcqRel);
-            if let Err(std::sync::mpsc::SendError((event, item))) = tx.send((event, item)) {
+            if let Err(std::sync::mpsc::SendError((event, item))) = tx.send((Some(event), item)) {
                 QUEUED.fetch_sub(1, Ordering::AcqRel);
-                let _ = event.sync_unchecked();
+                if let Some(event) = event {
+                    let _ = event.sync_unchecked();
+                }
                 drop(item);
             }
         }
@@ -128,6 +133,27 @@ pub(crate) fn drop_after(event: Arc<PooledEvent>, item: Box<dyn Any + Send>) {
             let _ = event.sync_unchecked();
             drop(item);
         }
+    }
+}
+
+/// Drops `item` on the reaper thread, with no event to wait for: for a value whose drop the
+/// calling thread must not run (a page-locked buffer dropped by a thread that has a capture open:
+/// see `driver::this_thread_captures`). If that thread cannot be started (or the process is past
+/// the exit drain), the value is forgotten (leaked) instead.
+pub(crate) fn drop_later(item: Box<dyn Any + Send>) {
+    if ABANDON.load(Ordering::Acquire) {
+        std::mem::forget(item);
+        return;
+    }
+    match sender() {
+        Some(tx) => {
+            QUEUED.fetch_add(1, Ordering::AcqRel);
+            if let Err(std::sync::mpsc::SendError((_, item))) = tx.send((None, item)) {
+                QUEUED.fetch_sub(1, Ordering::AcqRel);
+                std::mem::forget(item);
+            }
+        }
+        None => std::mem::forget(item),
     }
 }
 

@@ -181,7 +181,7 @@ pub(crate) fn abandon(
         st.is_ok_and(|st| st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     };
     if !still {
-        driver::capture_closed();
+        driver::capture_closed_by(cap.thread);
     }
     if !graph.is_null() {
         // SAFETY: a graph handed back to us is ours to destroy; nothing else refers to it.

@@ -28,11 +28,14 @@ if [ "$1" = a ]; then
   one "$(t gpu_interop)" refused_slice_is_not_freed_into_cudarcs_capture new-refused-slice
   one .gpu-tar/muts/refused-slice-freed-in-capture refused_slice_is_not_freed_into_cudarcs_capture "mutation-refused-slice-freed-in-capture(must-fail)"
   one "$(t gpu_mlp)" mlp_refusals new-mlp-refusals
+  one "$(t gpu_capture_races)" page_locked_memory_on_a_capturing_thread new-page-locked
+  one .gpu-tar/muts/pinned-drop-in-capture page_locked_memory_on_a_capturing_thread "mutation-pinned-drop-in-capture(must-fail)"
+  one .gpu-tar/muts/pinned-new-in-capture page_locked_memory_on_a_capturing_thread "mutation-pinned-new-in-capture(must-fail)"
   for x in .gpu-bundle/tests/*; do s=${x##*--}; timeout 150 $x --test-threads=1 > $L/plain/$s.log 2>&1 || echo "$s exit $?"; done
   cat $L/plain/*.log | grep -E '^test result:' | awk '{p+=$4; f+=$6; i+=$8} END {print "bundle summary: " p " passed, " f " failed, " i " ignored"}'; echo "suites done at $((SECONDS-T0)) s"
   grep -hE "^test .*FAILED|FAILED: " $L/plain/*.log | head -8 | cut -c1-220
-  printf '%s\n' "memcheck gpu_graph_build" "memcheck gpu_interop" "memcheck gpu_mlp" "racecheck gpu_interop" "racecheck gpu_mlp" > $L/jobs
-  xargs -P 5 -L 1 sh -c 'bash scripts/gpu-calls/san-job.sh $0 $1 ALL '"$((END-70)) $L/m"' ' < $L/jobs > $L/m.out 2>&1; cat $L/m.out | cut -c1-220
+  printf '%s\n' "memcheck gpu_graph_build" "memcheck gpu_interop" "memcheck gpu_mlp" "memcheck gpu_capture_races" "racecheck gpu_interop" "racecheck gpu_mlp" "racecheck gpu_capture_races" > $L/jobs
+  xargs -P 7 -L 1 sh -c 'bash scripts/gpu-calls/san-job.sh $0 $1 ALL '"$((END-70)) $L/m"' ' < $L/jobs > $L/m.out 2>&1; cat $L/m.out | cut -c1-220
   bash scripts/gpu-calls/san-job.sh racecheck gpu_graph_build ALL $((END-10)) $L/r | cut -c1-220
 else
   (python3 scripts/hf_llama_reference.py --out /tmp/ref1b --shape 1b --steps 8 > $L/ref1b.log 2>&1; echo "ref1b rc $?") &

@@ -105,20 +105,28 @@ fn refuse_if_foreign_capture(other: &CudaStream) -> Result<()> {
     }
 }
 
-/// A cudarc slice refused on its way back while its stream was being captured through cudarc,
-/// dropped on the reaper once our last use of it has completed. cudarc's drop queues a free (and
-/// waits) on the slice's stream; queued into the user's open capture, that would invalidate it, or
-/// record a free of memory the graph did not allocate. So at the drop the stream's capture status
-/// is read again: still capturing, the slice is leaked (counted as a drop error) rather than freed
-/// into the capture.
-struct DropOutsideCapture<T>(Option<CudaSlice<T>>);
+/// The owner of a wrapped cudarc slice ([`DeviceBuffer::from_cudarc`]): the slice, dropped on the
+/// reaper once our last use of it has completed (the buffer's last drop, or a hand-back refused
+/// while cudarc captures the slice's stream). cudarc's drop queues a free (and waits) on the
+/// slice's stream; queued into a capture the user opened there through cudarc, that would
+/// invalidate it, or record a free of memory the graph did not allocate. So at the drop the
+/// stream's capture status is read again: still capturing, the slice is leaked (counted as a drop
+/// error) rather than freed into the capture. This narrows the window, not closes it: a capture
+/// begun through cudarc between that check and cudarc's drop still records the free (as any
+/// cudarc slice dropped during a capture of its stream does).
+/// The slice is type-erased so that [`DeviceBuffer::into_owner`] can hand back a `CudaSlice<T>`
+/// from it (see `take_owner`).
+struct DropOutsideCapture {
+    stream: Arc<CudaStream>,
+    slice: Option<Box<dyn std::any::Any + Send>>,
+}
 
-impl<T> Drop for DropOutsideCapture<T> {
+impl Drop for DropOutsideCapture {
     fn drop(&mut self) {
-        let Some(slice) = self.0.take() else { return };
-        if refuse_if_foreign_capture(slice.stream()).is_err() {
+        let Some(slice) = self.slice.take() else { return };
+        if refuse_if_foreign_capture(&self.stream).is_err() {
             crate::error::note_drop(Err(Error::Capture(
-                "a refused cudarc slice whose stream is still being captured (leaked)",
+                "a wrapped cudarc slice whose stream is being captured through cudarc (leaked, not freed into that capture)",
             )));
             std::mem::forget(slice);
             return;
@@ -237,15 +245,27 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         alloc.event_after_uses()
     }
 
-    /// The owner out of the (only) handle of wrapped memory.
+    /// The owner out of the (only) handle of wrapped memory: an `O`, or an `O` (a cudarc slice)
+    /// inside the [`DropOutsideCapture`] that [`DeviceBuffer::from_cudarc`] keeps.
     fn take_owner<O: Send + 'static>(alloc: Arc<Allocation>) -> Result<O> {
-        let owner = alloc.take_owner::<O>().ok_or_else(|| {
+        let accept = |o: &(dyn std::any::Any + Send)| {
+            o.is::<O>()
+                || o.downcast_ref::<DropOutsideCapture>()
+                    .is_some_and(|w| w.slice.as_ref().is_some_and(|s| s.is::<O>()))
+        };
+        let refused = || {
             Error::InvalidArgument(format!(
                 "the buffer was not wrapped with an owner of type {}",
                 std::any::type_name::<O>()
             ))
-        })?;
-        Ok(*owner)
+        };
+        let owner = alloc.take_owner_if(accept).ok_or_else(refused)?;
+        let owner = match owner.downcast::<DropOutsideCapture>() {
+            // Checked by `accept`: the wrapper holds an `O`, taken out (its drop then frees nothing).
+            Ok(mut w) => w.slice.take().ok_or_else(refused)?,
+            Err(owner) => owner,
+        };
+        owner.downcast::<O>().map(|o| *o).map_err(|_| refused())
     }
 
     /// Wraps a cudarc [`CudaSlice`] as a buffer homed on `stream`. `stream` first waits for the
@@ -280,10 +300,13 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         // failed wait would leave cudarc's work on the slice unordered before ours.
         slice.context().check_err().map_err(cudarc_err(DURING))?;
         wait_raw(stream, &theirs, DURING)?;
+        // The owner drops the slice only while its stream is not being captured (see
+        // `DropOutsideCapture`): the buffer's last drop hands it to the reaper at any moment.
+        let owner = DropOutsideCapture { stream: theirs, slice: Some(Box::new(slice)) };
         // SAFETY: the caller's promise (exclusive use while wrapped); the slice's pointer is a
         // live allocation of `len` elements of `T` (cudarc allocates aligned) in the primary
-        // context of `stream`'s device (checked), owned by the slice kept as the owner.
-        unsafe { DeviceBuffer::from_raw_parts(ptr, len, stream, slice) }
+        // context of `stream`'s device (checked), owned by the slice kept in the owner.
+        unsafe { DeviceBuffer::from_raw_parts(ptr, len, stream, owner) }
     }
 
     /// Hands a buffer made by [`DeviceBuffer::from_cudarc`] back as its [`CudaSlice`]. The
@@ -308,7 +331,8 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         // A wait queued into cudarc's capture on an event recorded outside it would invalidate
         // that capture (and not order the stream's later work): refused instead.
         if let Err(e) = refuse_if_foreign_capture(&theirs) {
-            crate::track::reaper::drop_after(Arc::new(ev), Box::new(DropOutsideCapture(Some(slice))));
+            let owner = DropOutsideCapture { stream: theirs, slice: Some(Box::new(slice)) };
+            crate::track::reaper::drop_after(Arc::new(ev), Box::new(owner));
             return Err(e);
         }
         if let Err(e) = raw_waits(&theirs, &ev, DURING) {

@@ -32,10 +32,10 @@ impl LaunchConfig {
     /// A 1-D launch with `block` threads per block and enough blocks to cover `n` elements (at
     /// least one block).
     ///
-    /// The grid is never smaller than `n` needs: where that is more than 2³¹ − 1 blocks (the
-    /// hardware's limit for `grid.x`), the grid is larger than the limit (at most `u32::MAX`) and
-    /// the launch is refused with a driver error rather than run over part of `n`. A kernel meant
-    /// for such sizes takes a grid-stride loop and a grid of its own choosing.
+    /// A launch never runs over part of `n`: where `n` needs more than 2³¹ − 1 blocks (the
+    /// hardware's limit for `grid.x`), the grid is larger than the limit (clamped at `u32::MAX`)
+    /// and the launch is refused with a driver error. A kernel meant for such sizes takes a
+    /// grid-stride loop and a grid of its own choosing.
     ///
     /// ```
     /// use cuda_core::LaunchConfig;

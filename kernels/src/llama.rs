@@ -838,9 +838,9 @@ mod tests {
         assert_eq!(wide.qkv_row(), ((u32::MAX - 7) as usize + 2 * ((u32::MAX - 7) / 8) as usize) * 128);
         // Three u32 values whose product passes 2^64: qkv_row saturates, and validate refuses the
         // shape instead of panicking on the overflow (in a debug build) before its range checks.
-        let absurd =
-            AttnShape { heads: u32::MAX, kv_heads: (1 << 31) - 1, head_dim: u32::MAX, batch: 1, ..big };
-        assert_eq!(absurd.qkv_row(), usize::MAX);
+        // (kv_heads within its limit, so that validate reaches the element counts.)
+        let absurd = AttnShape { heads: u32::MAX, kv_heads: 8, head_dim: u32::MAX, batch: 1, ..big };
         assert!(absurd.validate().is_err());
+        assert_eq!(absurd.qkv_row(), usize::MAX);
     }
 }

@@ -48,8 +48,10 @@ impl std::fmt::Debug for MlpWeights {
 }
 
 /// One layer's random host weights and biases (see [`MlpWeights::random`]). The host copies are
-/// reserved fallibly: sizes whose element counts fit `usize` may still be far beyond memory, which
-/// is an error, not a panic or an aborted process.
+/// reserved fallibly: sizes whose element counts fit `usize` may still be beyond what the
+/// allocator grants (past `isize::MAX` bytes or the address space), which is an error, not a
+/// panic or an aborted process. (A size the allocator grants but the machine cannot back is the
+/// operating system's to refuse.)
 fn host_layer(rng: &mut StdRng, din: usize, dout: usize) -> Result<(Vec<f32>, Vec<f32>)> {
     let lens = LinearShape { batch: 1, in_dim: din, out_dim: dout, relu: false }.lens()?;
     let wb = (6.0 / din as f64).sqrt() as f32;
@@ -58,7 +60,7 @@ fn host_layer(rng: &mut StdRng, din: usize, dout: usize) -> Result<(Vec<f32>, Ve
     let mut b: Vec<f32> = Vec::new();
     if w.try_reserve_exact(lens.w).is_err() || b.try_reserve_exact(lens.b).is_err() {
         return Err(invalid(format!(
-            "MLP layer {din} -> {dout}: {} weights do not fit in host memory",
+            "MLP layer {din} -> {dout}: {} weights cannot be allocated in host memory",
             lens.w
         )));
     }
@@ -76,8 +78,8 @@ impl MlpWeights {
     /// moment of the activations constant through ReLU layers, and `b ~ U(-1/sqrt(in), 1/sqrt(in))`
     /// (PyTorch's default), so outputs stay O(1) for inputs in `[-1, 1)`. Deterministic in `seed`.
     ///
-    /// Errors: fewer than two sizes, a zero size, an overflowing size, or weights that do not fit
-    /// in host memory ([`cuda_core::Error::InvalidArgument`]); allocation and copy errors.
+    /// Errors: fewer than two sizes, a zero size, an overflowing size, or weights the host
+    /// allocator cannot grant ([`cuda_core::Error::InvalidArgument`]); allocation and copy errors.
     pub fn random(stream: &Stream, seed: u64, dims: &[usize]) -> Result<MlpWeights> {
         if dims.len() < 2 || dims.contains(&0) {
             return Err(invalid(format!("an MLP needs at least two non-zero layer sizes, got {dims:?}")));
@@ -487,7 +489,7 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(1);
         for (din, dout) in [((1usize << 31) - 1, (1usize << 31) - 1), (1 << 30, 1 << 30)] {
             let e = host_layer(&mut rng, din, dout).unwrap_err().to_string();
-            assert!(e.contains("do not fit in host memory"), "{din} -> {dout}: {e}");
+            assert!(e.contains("cannot be allocated in host memory"), "{din} -> {dout}: {e}");
         }
         let (w, b) = host_layer(&mut rng, 3, 2).unwrap();
         assert_eq!((w.len(), b.len()), (6, 2));

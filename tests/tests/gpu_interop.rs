@@ -272,35 +272,59 @@ fn into_cudarc_refused_while_cudarc_captures() -> TestResult {
     Ok(())
 }
 
-/// As above, but with no use of ours outlasting cudarc's capture: the refused slice's drop comes
-/// (on the reaper) while cudarc's capture is still open. Found by review: that drop ran cudarc's
-/// free on the slice's stream, into the user's capture. Now the slice is leaked while its stream
-/// is captured, and cudarc's capture ends cleanly. Mutation to try: drop the slice without the
-/// check (`DropOutsideCapture`): cudarc's free is queued into the capture. Not yet run on a GPU.
+/// As above, but with no use of ours outlasting cudarc's capture, so that the slice's drop comes
+/// (on the reaper) while cudarc's capture is still open: once for a hand-back refused there, once
+/// for a wrapped buffer simply dropped there. Found by review: that drop ran cudarc's free on the
+/// slice's stream, into the user's capture. Now the slice is leaked while its stream is captured
+/// (one drop error counted each time, awaited before the capture ends, so the drop provably came
+/// during it), and cudarc's capture ends cleanly. Mutation: `refused-slice-freed-in-capture`
+/// (the slice dropped without the check). Not yet run on a GPU.
 fn refused_slice_is_not_freed_into_cudarcs_capture() -> TestResult {
     let ctx = ctx()?;
     let cs = ctx.new_stream().map_err(|e| e.to_string())?;
     let s = Stream::new(&Device::new(0)?)?;
-    for mode in [
+    let modes = [
         sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
         sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-    ] {
-        let slice = cs.clone_htod(&[1.0f32; 64]).map_err(|e| e.to_string())?;
-        cs.synchronize().map_err(|e| e.to_string())?;
-        // SAFETY: nothing else touches `slice` while it is wrapped.
-        let buf = unsafe { DeviceBuffer::from_cudarc(slice, &s)? };
-        s.synchronize()?;
-        cs.begin_capture(mode).map_err(|e| e.to_string())?;
-        let refused = buf.into_cudarc();
-        // The reaper has long dropped the refused slice by now (our use of it is complete).
-        std::thread::sleep(Duration::from_millis(100));
-        let ended = cs.end_capture(sys::CUgraphInstantiate_flags(0)).map(drop).map_err(|e| e.to_string());
-        ensure(
-            matches!(refused, Err(cuda_core::Error::Capture(_))),
-            format!("{mode:?}: refused, got {:?}", refused.map(|_| ())),
-        )?;
-        ensure(ended.is_ok(), format!("{mode:?}: cudarc's capture was left valid, got {ended:?}"))?;
-        cs.synchronize().map_err(|e| e.to_string())?;
+    ];
+    for mode in modes {
+        for hand_back in [true, false] {
+            let what =
+                format!("{mode:?}, {}", if hand_back { "refused hand-back" } else { "dropped buffer" });
+            let slice = cs.clone_htod(&[1.0f32; 64]).map_err(|e| e.to_string())?;
+            cs.synchronize().map_err(|e| e.to_string())?;
+            // SAFETY: nothing else touches `slice` while it is wrapped.
+            let buf = unsafe { DeviceBuffer::from_cudarc(slice, &s)? };
+            s.synchronize()?;
+            let before = cuda_core::drop_errors().0;
+            cs.begin_capture(mode).map_err(|e| e.to_string())?;
+            let refused = if hand_back {
+                Some(buf.into_cudarc())
+            } else {
+                drop(buf);
+                None
+            };
+            // The reaper drops the slice during the capture (our use of it is complete): one drop
+            // error, the leak, is counted.
+            let t = Instant::now();
+            while cuda_core::drop_errors().0 == before && t.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let counted = cuda_core::drop_errors().0 - before;
+            let ended = cs.end_capture(sys::CUgraphInstantiate_flags(0)).map(drop).map_err(|e| e.to_string());
+            if let Some(refused) = refused {
+                ensure(
+                    matches!(refused, Err(cuda_core::Error::Capture(_))),
+                    format!("{what}: refused, got {:?}", refused.map(|_| ())),
+                )?;
+            }
+            ensure(
+                counted == 1,
+                format!("{what}: the leak during the capture counted {counted} drop errors"),
+            )?;
+            ensure(ended.is_ok(), format!("{what}: cudarc's capture was left valid, got {ended:?}"))?;
+            cs.synchronize().map_err(|e| e.to_string())?;
+        }
     }
     Ok(())
 }

@@ -465,8 +465,8 @@ impl<'g> GraphBody<'g> {
         self.add_using(deps, &uses, |d| unsafe { result::graph_add_memset_node(g, d, &p, ctx) })
     }
 
-    /// Copies `src` into `dst` (device to device; lengths must match). Empty buffers give an
-    /// empty node joining `deps`.
+    /// Copies `src` into `dst` (device to device; lengths must match). Buffers of no bytes give
+    /// an empty node joining `deps`.
     pub fn add_copy<T: DeviceRepr>(
         &mut self,
         src: &DeviceBuffer<T>,
@@ -482,7 +482,7 @@ impl<'g> GraphBody<'g> {
         }
         self.check_device(src.device())?;
         self.check_device(dst.device())?;
-        if dst.is_empty() {
+        if dst.size_bytes() == 0 {
             // Nothing to copy (and the driver refuses a copy node of width 0): a barrier joining
             // `deps`, as the eager copies skip empty buffers.
             return self.add_empty(deps);

@@ -4,8 +4,10 @@
 //! A thread with a capture open may make neither call (the driver counts both among the calls that
 //! may synchronise implicitly: in the thread-local and global modes it fails them and invalidates
 //! the capture). So [`HostAlloc::new`] refuses with [`Error::Capture`] on such a thread before the
-//! driver sees the call, and [`HostAlloc::free_off_capturing_thread`] hands a free that such a
-//! thread would make to the reaper thread.
+//! driver sees the call, and [`HostAlloc::free_on_reaper`] hands a free that such a thread would
+//! make to the reaper thread. The crate's captures are thread-local (`CaptureMode::Global` is
+//! begun in the thread-local mode), so no capture of this crate forbids these calls to other
+//! threads. A capture in relaxed mode would allow them; it is refused all the same (one rule).
 
 use crate::device::Device;
 use crate::driver::{self, result};
@@ -59,20 +61,14 @@ impl HostAlloc {
         HostAlloc { ptr, device, during_free }
     }
 
-    /// Frees the memory here, or, on a thread that has a capture open, on the reaper thread (once
-    /// `pending`, the event behind the last copy that uses it, has completed). Without that check
-    /// a capturing thread's free fails in the driver, invalidating its capture and leaking the
-    /// memory.
-    pub(crate) fn free_off_capturing_thread(self, pending: Option<PooledEvent>) {
-        if !driver::this_thread_captures() {
-            drop(pending);
-            drop(self);
-            return;
-        }
-        match pending {
-            Some(ev) => crate::track::reaper::drop_after(Arc::new(ev), Box::new(self)),
-            None => crate::track::reaper::drop_later(Box::new(self)),
-        }
+    /// Frees the memory on the reaper thread, once `pending` (the event behind the last transfer
+    /// that uses it) has completed: for a drop on a thread that has a capture open, whose own free
+    /// would fail in the driver, invalidating its capture and leaking the memory. The caller
+    /// decided that once (a second check could disagree: another thread may end the capture in
+    /// between, and a free here would not wait for `pending`). If the reaper thread is not
+    /// available, the memory is leaked, never freed here.
+    pub(crate) fn free_on_reaper(self, pending: Option<PooledEvent>) {
+        crate::track::reaper::drop_elsewhere(pending.map(Arc::new), Box::new(self));
     }
 }
 

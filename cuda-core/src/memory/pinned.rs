@@ -244,7 +244,7 @@ impl<T: DeviceRepr> Drop for PinnedBuffer<T> {
             // SAFETY: allocated by cuMemHostAlloc (`new`), owned by this buffer, which is gone
             // after this drop.
             let owner = unsafe { HostAlloc::from_raw(self.ptr.cast(), self.device, FREEING) };
-            owner.free_off_capturing_thread(self.pending.take());
+            owner.free_on_reaper(self.pending.take());
             return;
         }
         // The memory must not be freed while a transfer still touches it: wait first. If the wait

@@ -58,15 +58,18 @@ impl Allocation {
         a
     }
 
-    /// Takes the owner of external memory out if it is an `O` (for `crate::interop`'s hand-back),
-    /// leaving an allocation whose drop releases nothing. `None` for memory this crate allocated,
-    /// an owner of another type, or one already taken.
-    pub(crate) fn take_owner<O: std::any::Any>(&self) -> Option<Box<O>> {
+    /// Takes the owner of external memory out if `accept` says yes to it (for `crate::interop`'s
+    /// hand-back), leaving an allocation whose drop releases nothing. `None` for memory this crate
+    /// allocated, an owner `accept` refuses, or one already taken.
+    pub(crate) fn take_owner_if(
+        &self,
+        accept: impl FnOnce(&(dyn std::any::Any + Send)) -> bool,
+    ) -> Option<Box<dyn std::any::Any + Send>> {
         let mut owner = self.external.as_ref()?.lock().unwrap_or_else(|e| e.into_inner());
-        if !owner.as_ref()?.is::<O>() {
+        if !accept(owner.as_deref()?) {
             return None;
         }
-        owner.take()?.downcast::<O>().ok()
+        owner.take()
     }
 
     /// An event on the home stream behind every use of this allocation (on any stream) queued so

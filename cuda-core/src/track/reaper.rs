@@ -31,7 +31,7 @@ use std::time::Duration;
 /// Type-erased on purpose: the values are genuinely heterogeneous — graphs' keep-alive sets, staging
 /// buffers of copies between devices, and the foreign owners of wrapped memory (any user type, see
 /// `crate::interop`) — and are only ever dropped.
-/// No event: drop as soon as the reaper thread gets to it ([`drop_later`]).
+/// No event: drop as soon as the reaper thread gets to it ([`drop_elsewhere`]).
 type Item = (Option<Arc<PooledEvent>>, Box<dyn Any + Send>);
 
 /// Values handed to the reaper thread and not yet dropped (or forgotten).
@@ -112,48 +112,43 @@ fn release(item: Box<dyn Any + Send>) {
 /// Drops `item` once `event` has completed, on the reaper thread. If that thread cannot be
 /// started, waits for the event here instead (blocking) and drops the item.
 pub(crate) fn drop_after(event: Arc<PooledEvent>, item: Box<dyn Any + Send>) {
+    hand_over(Some(event), item, false);
+}
+
+/// Drops `item` once `event` has completed (if given), on the reaper thread, for a value whose drop
+/// the calling thread must not run (a page-locked buffer dropped by a thread that has a capture
+/// open: see `driver::this_thread_captures`). If that thread cannot be started (or the process is
+/// past the exit drain), the value is forgotten (leaked), never dropped here.
+pub(crate) fn drop_elsewhere(event: Option<Arc<PooledEvent>>, item: Box<dyn Any + Send>) {
+    hand_over(event, item, true);
+}
+
+fn hand_over(event: Option<Arc<PooledEvent>>, item: Box<dyn Any + Send>, never_here: bool) {
     if ABANDON.load(Ordering::Acquire) {
         // The process is exiting and the drain's bound has passed: the libraries may be tearing
         // down, so the value is forgotten, not dropped (the operating system takes it back).
         std::mem::forget(item);
         return;
     }
-    match sender() {
-        Some(tx) => {
-            QUEUED.fetch_add(1, Ordering::AcqRel);
-            if let Err(std::sync::mpsc::SendError((event, item))) = tx.send((Some(event), item)) {
-                QUEUED.fetch_sub(1, Ordering::AcqRel);
-                if let Some(event) = event {
-                    let _ = event.sync_unchecked();
-                }
-                drop(item);
-            }
+    let here = |event: Option<Arc<PooledEvent>>, item: Box<dyn Any + Send>| {
+        if never_here {
+            std::mem::forget(item);
+            return;
         }
-        None => {
+        if let Some(event) = event {
             let _ = event.sync_unchecked();
-            drop(item);
         }
-    }
-}
-
-/// Drops `item` on the reaper thread, with no event to wait for: for a value whose drop the
-/// calling thread must not run (a page-locked buffer dropped by a thread that has a capture open:
-/// see `driver::this_thread_captures`). If that thread cannot be started (or the process is past
-/// the exit drain), the value is forgotten (leaked) instead.
-pub(crate) fn drop_later(item: Box<dyn Any + Send>) {
-    if ABANDON.load(Ordering::Acquire) {
-        std::mem::forget(item);
-        return;
-    }
+        drop(item);
+    };
     match sender() {
         Some(tx) => {
             QUEUED.fetch_add(1, Ordering::AcqRel);
-            if let Err(std::sync::mpsc::SendError((_, item))) = tx.send((None, item)) {
+            if let Err(std::sync::mpsc::SendError((event, item))) = tx.send((event, item)) {
                 QUEUED.fetch_sub(1, Ordering::AcqRel);
-                std::mem::forget(item);
+                here(event, item);
             }
         }
-        None => std::mem::forget(item),
+        None => here(event, item),
     }
 }
 

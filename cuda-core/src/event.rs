@@ -259,13 +259,23 @@ impl Event {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] unless both events time; [`Error::Capture`] for an event recorded
-    /// inside a capture; driver errors (e.g. an event not yet complete).
+    /// [`Error::InvalidArgument`] unless both events time; [`Error::DeviceMismatch`] for events of
+    /// two devices; [`Error::Capture`] for an event recorded inside a capture; driver errors (e.g.
+    /// an event not yet complete).
     pub fn elapsed_ms(start: &Event, end: &Event) -> Result<f32> {
         if !start.timing || !end.timing {
             return Err(Error::InvalidArgument(
                 "elapsed time needs two events created with timing enabled".into(),
             ));
+        }
+        // Two devices' clocks are not one timeline (and the driver's answer for events of two
+        // contexts is not documented): refused.
+        if start.device != end.device {
+            return Err(Error::DeviceMismatch {
+                during: "timing two events of different devices",
+                expected: start.device.ordinal(),
+                actual: end.device.ordinal(),
+            });
         }
         // Both tag locks held across the (non-blocking) call, taken in address order (one lock when
         // both are the same event), so that no record into a capture comes between check and call.

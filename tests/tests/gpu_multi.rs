@@ -256,6 +256,15 @@ fn cross_device_misuse() -> TestResult {
     ensure(matches!(r, Err(Error::DeviceMismatch { .. })), format!("pinned download: {r:?}"))?;
     let r = host.copy_to_device_async(&sa, &mut y);
     ensure(matches!(r, Err(Error::DeviceMismatch { .. })), format!("pinned upload: {r:?}"))?;
+    // Events of two devices are not timed against each other (two clocks; left by an earlier
+    // review, refused since the sixth 2026-11-28 session; not yet run on two GPUs).
+    let (ea, eb) = (cuda_core::Event::new(sa.device(), true)?, cuda_core::Event::new(sb.device(), true)?);
+    ea.record(&sa)?;
+    eb.record(&sb)?;
+    eb.synchronize()?;
+    ea.synchronize()?;
+    let r = cuda_core::Event::elapsed_ms(&ea, &eb);
+    ensure(matches!(r, Err(Error::DeviceMismatch { .. })), format!("elapsed time across devices: {r:?}"))?;
     // A graph node reading a buffer of another device is refused (found by review: the safe
     // set-conditional node took a flag of another device).
     let flag = DeviceBuffer::from_host(&sb, &[1u32])?;

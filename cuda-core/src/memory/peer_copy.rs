@@ -82,8 +82,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     ///
     /// # Errors
     /// [`Error::LengthMismatch`]; [`Error::DeviceMismatch`] for a stream of another device than
-    /// `self`'s; [`Error::Capture`] on a capturing stream (or a home stream captured elsewhere);
-    /// driver errors (e.g. out of page-locked memory on the staged path).
+    /// `self`'s; [`Error::Capture`] on a capturing stream (or a home stream captured elsewhere),
+    /// and on the staged path while the calling thread captures any stream (its bounce buffer is
+    /// page-locked memory); driver errors (e.g. out of page-locked memory on the staged path).
     pub fn copy_from_peer(&mut self, stream: &Stream, src: &DeviceBuffer<T>) -> Result<PeerPath> {
         self.copy_from_peer_with(stream, src, PeerCopyOptions::default())
     }

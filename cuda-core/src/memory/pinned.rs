@@ -60,8 +60,12 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if the size overflows; driver errors (e.g. out of page-locked
-    /// memory).
+    /// [`Error::InvalidArgument`] if the size overflows; [`Error::Capture`] on a thread that has a
+    /// stream capture open (the driver forbids a capturing thread page-locked allocation: it would
+    /// fail and invalidate the capture); driver errors (e.g. out of page-locked memory).
+    ///
+    /// A buffer dropped on a thread that has a capture open is freed later, on a library thread,
+    /// after its pending transfer, for the same reason.
     pub fn new(device: &Device, len: usize, value: T) -> Result<Self> {
         let bytes = len
             .checked_mul(size_of::<T>())

@@ -24,7 +24,10 @@
 //!    made from it own: replays never touch freed memory. Frees of allocations homed on the
 //!    capturing stream are deferred to the end of the capture (a free must never be recorded).
 //! 5. **No blocking or allocation is recorded**: they are refused before the driver
-//!    sees them, so the capture and the context stay usable.
+//!    sees them, so the capture and the context stay usable. This includes page-locked host
+//!    memory on the capturing thread (`PinnedBuffer::new`, a staged peer copy's bounce buffer):
+//!    the capture gate knows each capture's thread (`driver::this_thread_captures`), and a
+//!    page-locked buffer dropped there is freed later on the reaper thread.
 //! 6. **Registered before begin, forgotten after end.** The state is set before
 //!    `cuStreamBeginCapture` and cleared only once the driver has ended the capture; a failed end
 //!    that leaves the driver capturing leaves the state in place.

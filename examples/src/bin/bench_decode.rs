@@ -6,7 +6,9 @@
 //! served token. Reported beside it: eager launches of the same step, capture time and memory per
 //! bucket, the share of the HBM bandwidth floor (weights + KV bytes read per step / 3.35 TB/s, the
 //! datasheet figure) and the floor at the device-to-device copy bandwidth measured at start,
-//! and at batch 1 the step awaited from tokio vs the blocking step. With Python and torch present,
+//! and at batch 1 the step awaited from tokio vs the blocking step (with, as a diagnostic of the
+//! gap, the same future polled in a loop on the calling thread: no executor, no park). With Python
+//! and torch present,
 //! two PyTorch baselines run in the same process tree with the same steps and repetitions, and
 //! their figures join the JSON: `scripts/torch_decode_bench.py` (key `torch`) decodes Hugging
 //! Face transformers' `LlamaForCausalLM` eager, with a CUDA graph and with
@@ -117,7 +119,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Fills slots `0..batch` with `context` positions, then times `reps` runs of `steps` steps;
-/// returns the median ms/step. `mode`: 0 graph, 1 eager, 2 awaited graph.
+/// returns the median ms/step. `mode`: 0 graph, 1 eager, 2 awaited graph, 3 the awaited graph's
+/// future polled in a loop on the calling thread (no runtime: see [`poll_busy`]).
 fn decode(
     m: &mut LlamaModel,
     rt: &tokio::runtime::Runtime,
@@ -153,7 +156,8 @@ fn decode_steps(
         *tokens = match mode {
             0 => m.step(&rows)?,
             1 => m.step_eager(&rows)?,
-            _ => rt.block_on(m.step_async(&rows))?,
+            2 => rt.block_on(m.step_async(&rows))?,
+            _ => poll_busy(m.step_async(&rows))?,
         };
         ensure!(tokens.iter().all(|&t| t < vocab), "a step produced an invalid token (NaN logits?)");
         Ok(())
@@ -178,6 +182,21 @@ fn decode_steps(
         }
     }
     Ok((median(times), per_step))
+}
+
+/// Drives `fut` to completion on the calling thread by polling it in a loop with a waker that does
+/// nothing: no executor, no park and no wake-up. A diagnostic of the awaited step's gap: the same
+/// future as on a runtime, so what it costs over the blocking step is the async path's own work,
+/// and what the runtime's step costs over it is the executor's park, wake and resumption.
+fn poll_busy<F: std::future::Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::hint::spin_loop();
+    }
 }
 
 /// The device-to-device copy bandwidth of the GPU, counting the bytes read and written: 1 GiB
@@ -469,7 +488,8 @@ fn main() -> Result<()> {
     let (mut cpu_bl, mut cpu_aw, mut cpu_late) = (vec![], vec![], vec![]);
     // Every timed step's own wall time (µs), pooled over the rounds: the goal's "median" is the
     // median step, which one slow step (an OS hiccup) does not move as it moves a run's mean.
-    let (mut st_bl, mut st_aw, mut st_mt, mut st_late) = (vec![], vec![], vec![], vec![]);
+    let (mut st_bl, mut st_aw, mut st_mt, mut st_late, mut st_busy) =
+        (vec![], vec![], vec![], vec![], vec![]);
     let (mut woken, mut missed, mut awaited_steps) = (0u64, 0u64, 0u64);
     for _ in 0..a.await_rounds {
         let mut steps_cpu = |rt: &tokio::runtime::Runtime, mode: u8, into: &mut Vec<f64>| {
@@ -497,9 +517,11 @@ fn main() -> Result<()> {
         let (ms, cpu) = late?;
         awaited_late.push(ms);
         cpu_late.push(cpu);
+        steps_cpu(&rt, 3, &mut st_busy)?;
     }
     let steps_timed = st_bl.len();
-    let (sm_bl, sm_aw, sm_mt, sm_late) = (median(st_bl), median(st_aw), median(st_mt), median(st_late));
+    let (sm_bl, sm_aw, sm_mt, sm_late, sm_busy) =
+        (median(st_bl), median(st_aw), median(st_mt), median(st_late), median(st_busy));
     let (bl, aw, aw_mt, aw_late) =
         (median(blocking), median(awaited), median(awaited_mt), median(awaited_late));
     let (cpu_bl, cpu_aw, cpu_late) = (median(cpu_bl), median(cpu_aw), median(cpu_late));
@@ -517,6 +539,11 @@ fn main() -> Result<()> {
         sm_aw - sm_bl,
         sm_mt - sm_bl,
         sm_late - sm_bl
+    );
+    println!(
+        "the same future polled in a loop on the calling thread (no runtime, no park): median step {sm_busy:.1} us \
+         ({:+.1} us over blocking): the rest of the awaited gap is the executor's park, wake and resumption",
+        sm_busy - sm_bl
     );
     println!(
         "early wakes: {woken} fired over {awaited_steps} awaited steps, {missed} of them spun out their window before the step ended"
@@ -621,7 +648,8 @@ fn main() -> Result<()> {
         "context": a.context, "steps": a.steps, "reps": a.reps, "rows": rows, "buckets": buckets,
         "copy_bytes_per_s": copy_bw, "datasheet_bytes_per_s": HBM_BYTES_PER_S,
         "await_vs_blocking_us": (aw - bl) * 1e3, "os_park_wake_us": wake_us, "await_rounds": a.await_rounds,
-        "step_median_us": {"blocking": sm_bl, "awaited": sm_aw, "awaited_multi_thread": sm_mt, "awaited_no_early_wake": sm_late, "steps_each": steps_timed},
+        "step_median_us": {"blocking": sm_bl, "awaited": sm_aw, "awaited_multi_thread": sm_mt, "awaited_no_early_wake": sm_late, "busy_polled": sm_busy, "steps_each": steps_timed},
+        "busy_polled_vs_blocking_step_median_us": sm_busy - sm_bl,
         "await_vs_blocking_step_median_us": sm_aw - sm_bl, "await_multi_thread_vs_blocking_step_median_us": sm_mt - sm_bl,
         "tokio_runtime": if a.timers_only { "timers only, no I/O driver" } else { "enable_all (I/O driver and timers)" },
         "awaited_multi_thread_ms": aw_mt, "await_multi_thread_vs_blocking_us": (aw_mt - bl) * 1e3,

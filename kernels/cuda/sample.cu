@@ -13,7 +13,7 @@
 //     k-th largest key: ties with the k-th largest are all kept. top-p (< 1) keeps, of those, the
 //     logits whose key is >= the largest threshold t such that the kept mass above t is >= top_p
 //     times the mass kept by top-k: the smallest set of largest logits whose mass reaches top_p,
-//     all logits equal to the last one it needs included. Both thresholds are found by bisection
+//     all logits equal to the last one it needs counted. Both thresholds are found by bisection
 //     over the 32 bits of the key (32 block reductions of counts, resp. masses).
 //   - u in [0, 1) comes from a counter-based hash of (seed, counter) only (`sample_uniform`), never
 //     of the row, the batch or the grid; the token is the first kept index (in index order) whose

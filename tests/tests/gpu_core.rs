@@ -436,7 +436,11 @@ fn disk_cache_hit_and_corruption() -> TestResult {
     eprintln!("cold compile {cold:?}, disk hit {warm:?}");
     run(&second.image)?;
     // Corrupt the entry: it must be recompiled, not crash.
-    let path = cache2.entry_file(&d, &src, &[])?.ok_or("no cache file")?;
+    // The program name is part of the key (`__FILE__` expands to it): the same source under
+    // another name is compiled, not served the other name's binary (found by review).
+    let renamed = cache2.compile(&d, "k2.cu", &src, &[])?;
+    ensure(renamed.origin == CacheOrigin::Compiled, format!("another program name: {:?}", renamed.origin))?;
+    let path = cache2.entry_file(&d, "k.cu", &src, &[])?.ok_or("no cache file")?;
     let mut bytes = std::fs::read(&path)?;
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x5a;

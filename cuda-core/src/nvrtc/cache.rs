@@ -142,15 +142,22 @@ impl KernelCache {
     ///
     /// # Errors
     /// I/O errors creating the cache folder; driver errors reading the device's architecture.
-    pub fn entry_file(&self, device: &Device, source: &str, options: &[String]) -> Result<Option<PathBuf>> {
-        Ok(self.entry_path(&key(source, options, &device.sm_arch()?)?))
+    pub fn entry_file(
+        &self,
+        device: &Device,
+        program: &str,
+        source: &str,
+        options: &[String],
+    ) -> Result<Option<PathBuf>> {
+        Ok(self.entry_path(&key(program, source, options, &device.sm_arch()?)?))
     }
 
     /// Compiles `source` for `device`'s architecture, or returns the cached image.
     ///
     /// A compilation that may read headers from disk (an include path or pre-included file among
-    /// `options`, or a quoted `#include` in `source`) is never cached: the key covers only the
-    /// text given here.
+    /// `options`, or any mention of `include` in `source` other than a built-in `#include <...>`
+    /// alone on its line) is never cached: the key covers only the text given here (the program
+    /// name, source, options, architecture and NVRTC version).
     pub fn compile(
         &self,
         device: &Device,
@@ -164,7 +171,7 @@ impl KernelCache {
             let image = Arc::new(compile_cubin(program, source, &arch, options)?);
             return Ok(CompiledKernel { image, origin: CacheOrigin::Compiled });
         }
-        let key = key(source, options, &arch)?;
+        let key = key(program, source, options, &arch)?;
         if let Some(img) = self.memory.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(CompiledKernel { image: img.clone(), origin: CacheOrigin::Memory });
         }
@@ -200,35 +207,62 @@ impl KernelCache {
 }
 
 /// Whether compiling `source` with `options` may read files (headers) that the cache key cannot
-/// cover: an include path or pre-included file among the options, or a quoted `#include` in the
-/// source. Such compilations are not cached, in memory or on disk. Found by review: a header
-/// changed on disk was ignored (same key), and the old binary launched for a kernel whose
-/// arguments the caller had vouched for against the new one. Angle-bracket includes without an
-/// include path resolve to NVRTC's built-in headers, which the key's NVRTC version covers.
+/// cover: an include path or pre-included file among the options, or any mention of `include` in
+/// the source other than an angle-bracket `#include <...>` alone on its line. Such compilations
+/// are not cached, in memory or on disk. Found by review: a header changed on disk was ignored
+/// (same key), and the old binary launched for a kernel whose arguments the caller had vouched for
+/// against the new one. The rule is deliberately blunt: a second review read files from disk
+/// through forms a directive parser would have to get exactly right — a computed `#include H`, a
+/// comment or a line splice before or inside the directive, the `%:` digraph, `#include_next`,
+/// `__has_include` — so any line that mentions `include` (a comment's word too) makes the
+/// compilation uncached, which costs a compile, never a wrong binary. Angle-bracket includes
+/// without an include path resolve to NVRTC's built-in headers, which the key's NVRTC version
+/// covers (an absolute or `..` path in one is not allowed for that).
 fn reads_files(source: &str, options: &[String]) -> bool {
     let reads = ["-I", "--include-path", "--pre-include", "-include"];
-    options.iter().any(|o| reads.iter().any(|r| o.starts_with(r)))
-        || source.lines().any(|l| {
-            let l = l.trim_start();
-            l.starts_with('#')
-                && l[1..]
-                    .trim_start()
-                    .strip_prefix("include")
-                    .is_some_and(|r| r.trim_start().starts_with('"'))
-        })
+    if options.iter().any(|o| reads.iter().any(|r| o.starts_with(r))) {
+        return true;
+    }
+    let spliced = source.replace("\\\r\n", "").replace("\\\n", "");
+    let builtin = |l: &str| {
+        let Some(r) = l.trim().strip_prefix('#').map(str::trim_start).and_then(|r| r.strip_prefix("include"))
+        else {
+            return false;
+        };
+        let r = r.trim();
+        let Some(name) = r.strip_prefix('<').and_then(|r| r.strip_suffix('>')) else {
+            return false;
+        };
+        !name.is_empty()
+            && !name.starts_with('/')
+            && !name.contains("..")
+            && !name.contains(['<', '>', '"', '\\'])
+            && !name.contains("include")
+    };
+    spliced.lines().any(|l| l.contains("include") && !builtin(l))
 }
 
-fn key(source: &str, options: &[String], arch: &str) -> Result<[u8; 32]> {
-    Ok(key_with(nvrtc_version()?, source, options, arch))
+fn key(program: &str, source: &str, options: &[String], arch: &str) -> Result<[u8; 32]> {
+    Ok(key_with(nvrtc_version()?, program, source, options, arch))
 }
 
-/// The cache key. Every option and the source go in with their lengths first, so that no two
-/// different option lists and sources hash the same bytes (found by review: options joined with
-/// NUL let `["-DA\0\x01s"]` with source `""` collide with `["-DA"]` with source `"s"`).
-fn key_with((major, minor): (i32, i32), source: &str, options: &[String], arch: &str) -> [u8; 32] {
+/// The cache key. The program name, every option and the source go in with their lengths first,
+/// so that no two different inputs hash the same bytes (found by review: options joined with NUL
+/// let `["-DA\0\x01s"]` with source `""` collide with `["-DA"]` with source `"s"`). The program
+/// name is part of what NVRTC compiles (`__FILE__` expands to it; found by a second review: two
+/// programs of one source but different names, each vouched for its own, shared one binary).
+fn key_with(
+    (major, minor): (i32, i32),
+    program: &str,
+    source: &str,
+    options: &[String],
+    arch: &str,
+) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update(MAGIC);
     h.update(format!("nvrtc {major}.{minor}\0arch {arch}\0").as_bytes());
+    h.update((program.len() as u64).to_le_bytes());
+    h.update(program.as_bytes());
     h.update((options.len() as u64).to_le_bytes());
     for o in options {
         h.update((o.len() as u64).to_le_bytes());
@@ -365,12 +399,24 @@ mod tests {
     #[test]
     fn keys_of_different_inputs_differ() {
         let o = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let k = |src: &str, opts: &[&str]| key_with((13, 0), src, &o(opts), "sm_90");
+        let k = |src: &str, opts: &[&str]| key_with((13, 0), "k.cu", src, &o(opts), "sm_90");
         assert_ne!(k("", &["-DA\0\x01s"]), k("s", &["-DA"]), "a NUL inside an option");
         assert_ne!(k("", &["-DA", "-DB"]), k("", &["-DA\0-DB"]));
         assert_ne!(k("x", &[]), k("x", &[""]));
         assert_eq!(k("x", &["-DA"]), k("x", &["-DA"]));
-        assert_ne!(key_with((13, 0), "x", &[], "sm_90"), key_with((13, 1), "x", &[], "sm_90"));
+        assert_ne!(
+            key_with((13, 0), "k.cu", "x", &[], "sm_90"),
+            key_with((13, 1), "k.cu", "x", &[], "sm_90")
+        );
+        // The program name: `__FILE__` expands to it, so one source under two names is two binaries.
+        assert_ne!(
+            key_with((13, 0), "a.cu", "x", &[], "sm_90"),
+            key_with((13, 0), "b.cu", "x", &[], "sm_90")
+        );
+        assert_ne!(
+            key_with((13, 0), "a.cu", "x", &[], "sm_90"),
+            key_with((13, 0), "a.c", "ux", &[], "sm_90")
+        );
     }
 
     #[test]
@@ -382,7 +428,23 @@ mod tests {
         assert!(reads_files("#include \"shape.h\"\n", &[]));
         assert!(reads_files("  #  include   \"shape.h\"\n", &[]));
         assert!(!reads_files("#include <cuda_fp16.h>\n", &o(&["-DN=4", "--use_fast_math"])));
-        assert!(!reads_files("// see #include \"x.h\" in the docs\n", &[]));
+        assert!(!reads_files("  #  include <cuda/std/cstdint>  \nint x;\n", &[]));
+        // Forms found by the second review to read a file with NVRTC 13, none of which a quoted-
+        // include check saw: any mention of `include` outside a built-in angle include is uncached.
+        for src in [
+            "#define H \"shape.h\"\n#include H\n",
+            "/**/ #include \"shape.h\"\n",
+            "#inc\\\nlude \"shape.h\"\n",
+            "%:include \"shape.h\"\n",
+            "#include_next \"shape.h\"\n",
+            "#if __has_include(\"shape.h\")\n#endif\n",
+            "#include </etc/shape.h>\n",
+            "#include <../shape.h>\n",
+            "#include <cuda_fp16.h> // and \"x.h\"\n",
+            "// see #include \"x.h\" in the docs\n",
+        ] {
+            assert!(reads_files(src, &[]), "{src:?}");
+        }
     }
 
     #[test]

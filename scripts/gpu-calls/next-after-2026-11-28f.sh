@@ -29,6 +29,8 @@ if [ "$1" = a ]; then
   one .gpu-tar/muts/refused-slice-freed-in-capture refused_slice_is_not_freed_into_cudarcs_capture "mutation-refused-slice-freed-in-capture(must-fail)"
   one "$(t gpu_mlp)" mlp_refusals new-mlp-refusals
   one "$(t gpu_capture_races)" page_locked_memory_on_a_capturing_thread new-page-locked
+  one "$(t gpu_core)" disk_cache_hit_and_corruption new-cache-program-name
+  one .gpu-tar/muts/kernel-key-no-program disk_cache_hit_and_corruption "mutation-kernel-key-no-program(must-fail)"
   one .gpu-tar/muts/pinned-drop-in-capture page_locked_memory_on_a_capturing_thread "mutation-pinned-drop-in-capture(must-fail)"
   one .gpu-tar/muts/pinned-new-in-capture page_locked_memory_on_a_capturing_thread "mutation-pinned-new-in-capture(must-fail)"
   for x in .gpu-bundle/tests/*; do s=${x##*--}; timeout 150 $x --test-threads=1 > $L/plain/$s.log 2>&1 || echo "$s exit $?"; done

@@ -94,6 +94,12 @@ pub struct ReplayOutcome {
 
 type ReplayReply = oneshot::Sender<Result<Option<ReplayOutcome>, EngineError>>;
 
+/// Replays queued at most; more are answered [`EngineError::Busy`] at once. With at most one
+/// replay run per scheduling round (between decode and prefill rounds), and replays whose client
+/// left skipped, a flood of `/debug/replay` calls can neither stall generation nor grow memory
+/// (found by review: replays ran back to back while more arrived, and no decode round ran).
+pub const MAX_QUEUED_REPLAYS: usize = 16;
+
 enum Msg {
     Submit(GenRequest, mpsc::UnboundedSender<Event>, Instant),
     Replay(String, ReplayReply),
@@ -257,7 +263,7 @@ pub fn spawn<E: Engine>(engine: E, cfg: BatcherConfig) -> (BatcherHandle, tokio:
         limits,
         cfg,
     };
-    let task = tokio::spawn(Batcher { engine, round: 0, st, rx }.run());
+    let task = tokio::spawn(Batcher { engine, round: 0, st, rx, replay_not_before: None }.run());
     (handle, task)
 }
 
@@ -299,13 +305,22 @@ struct Batcher<E> {
     round: usize,
     st: State,
     rx: mpsc::UnboundedReceiver<Msg>,
+    /// While requests are running or queued, no replay starts before this: after a replay that
+    /// took `t`, generation gets at least `t` (replays take at most half the engine's time).
+    replay_not_before: Option<Instant>,
 }
 
 impl State {
     fn handle(&mut self, m: Msg) {
         match m {
             Msg::Submit(req, tx, t) => self.queue.push_back((req, tx, t)),
-            Msg::Replay(id, reply) => self.replays.push_back((id, reply)),
+            Msg::Replay(id, reply) => {
+                if self.replays.len() >= MAX_QUEUED_REPLAYS {
+                    let _ = reply.send(Err(EngineError::Busy("too many replays queued")));
+                } else {
+                    self.replays.push_back((id, reply));
+                }
+            }
             Msg::Shutdown(grace) => {
                 let d = Instant::now() + grace;
                 self.deadline = Some(self.deadline.map_or(d, |old| old.min(d)));
@@ -339,10 +354,10 @@ impl State {
     }
 
     fn admit(&mut self) {
-        if !self.replays.is_empty() {
-            return; // replays take the next free slot
-        }
-        while !self.queue.is_empty() {
+        // A pending replay keeps one free slot for itself (it runs at the next round), so that
+        // neither starves the other: requests are admitted into the other free slots.
+        let keep = usize::from(!self.replays.is_empty());
+        while !self.queue.is_empty() && self.free.len() > keep {
             let Some(slot) = self.free.pop_first() else { break };
             let Some((req, tx, submitted)) = self.queue.pop_front() else { break };
             self.held.fetch_add(1, Ordering::AcqRel);
@@ -494,18 +509,30 @@ impl<E: Engine> Batcher<E> {
         }
     }
 
+    /// Runs at most one queued replay (the first whose client is still waiting and whose path is
+    /// kept), so that decode and prefill rounds go on between replays; while requests are running
+    /// or queued, not before `replay_not_before`.
     async fn run_replays(&mut self) {
-        while !self.st.replays.is_empty() {
-            let Some(&slot) = self.st.free.first() else { return };
+        let busy = !self.st.running.is_empty() || !self.st.queue.is_empty();
+        if busy && self.replay_not_before.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
+        while let Some(&slot) = self.st.free.first() {
             let Some((id, reply)) = self.st.replays.pop_front() else { return };
+            if reply.is_closed() {
+                continue; // its client left: nothing to answer
+            }
             let Some(found) = self.st.paths.get(&id).cloned() else {
                 let _ = reply.send(Ok(None));
                 continue;
             };
             metrics::counter!(crate::metrics::STEPS, "kind" => "replay").increment(1);
+            let started = Instant::now();
             let r = drive(self.engine.replay(slot, &found.path), &mut self.st, &mut self.rx).await;
+            self.replay_not_before = Some(Instant::now() + started.elapsed());
             self.engine.release(slot);
             let _ = reply.send(r.map(|replayed| Some(ReplayOutcome { served: found.tokens, replayed })));
+            return;
         }
     }
 

@@ -126,6 +126,10 @@ pub enum EngineError {
     /// The engine's thread is gone.
     #[error("the engine has stopped")]
     Stopped,
+    /// Too much of a kind of work is queued already (replays: at most
+    /// `crate::batcher::MAX_QUEUED_REPLAYS`); try again later.
+    #[error("busy: {0}")]
+    Busy(&'static str),
 }
 
 /// One prefill piece of a served request, with the bucket its call ran in.

@@ -189,6 +189,11 @@ impl FakeEngine {
 
     async fn pause(&self) {
         self.steps.fetch_add(1, Ordering::Relaxed);
+        self.wait_delay().await;
+    }
+
+    /// Waits `delay` (a GPU step's duration) without counting a step.
+    async fn wait_delay(&self) {
         if self.delay.is_zero() {
             return;
         }
@@ -254,6 +259,9 @@ impl Engine for FakeEngine {
             if let Some(t) = self.prefill_in(&[piece], p.bucket)?[0] {
                 out.push(t);
             }
+            // The GPU engine replays one graph per recorded piece and step: a replay costs as
+            // many steps' time (not counted as steps).
+            self.wait_delay().await;
         }
         for d in &path.decode {
             let token = *out.last().ok_or(EngineError::Invalid {
@@ -263,6 +271,7 @@ impl Engine for FakeEngine {
             out.push(
                 self.decode_in(&[DecodeRow { slot, position: d.position, token, sampling }], d.bucket)?[0],
             );
+            self.wait_delay().await;
         }
         self.release(slot);
         Ok(out)

@@ -3,6 +3,7 @@
 
 use crate::api::{max_tokens, ApiError, ChatRequest, CompletionRequest, Params, PromptInput};
 use crate::batcher::{BatcherHandle, GenRequest, SubmitError};
+use crate::engine::EngineError;
 use crate::generation::{Chunk, Generation};
 use crate::tokenizer::TextTokenizer;
 use axum::body::{Body, Bytes};
@@ -464,8 +465,16 @@ async fn replay(
 ) -> Response {
     let run = async {
         let b: ReplayBody = parse(&st, &headers, body)?;
-        let out = st.batcher.replay(&b.id).await.map_err(|e| {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "replay_failed", e.to_string())
+        let out = st.batcher.replay(&b.id).await.map_err(|e| match e {
+            EngineError::Busy(_) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "replays_busy", e.to_string())
+            }
+            e => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "replay_failed",
+                e.to_string(),
+            ),
         })?;
         let o = out.ok_or_else(|| {
             ApiError::new(

@@ -43,7 +43,8 @@ pub struct LoadOptions {
     /// After the load, replay every completed stream (POST /debug/replay) and compare token ids
     #[arg(long)]
     pub verify: bool,
-    /// Replays in flight at once during --verify
+    /// Replays in flight at once during --verify (at most the server's queue of replays, 16: more
+    /// are answered 503)
     #[arg(long, default_value_t = 4)]
     pub verify_concurrency: usize,
     /// Time limit of each request (and of each replay), in seconds
@@ -89,8 +90,12 @@ impl LoadOptions {
         if !timeout_ok || !(0.0..=3600.0).contains(&self.settle_s) {
             bail!("--timeout-s must be in (0, 86400] and --settle-s in [0, 3600]");
         }
-        if self.verify_concurrency == 0 {
-            bail!("--verify-concurrency must be at least 1");
+        // The server's `server::batcher::MAX_QUEUED_REPLAYS` (this crate does not depend on it).
+        const MAX_QUEUED_REPLAYS: usize = 16;
+        if self.verify_concurrency == 0 || self.verify_concurrency > MAX_QUEUED_REPLAYS {
+            bail!(
+                "--verify-concurrency must be in 1..={MAX_QUEUED_REPLAYS} (the server queues at most that many replays)"
+            );
         }
         Ok(())
     }

@@ -28,6 +28,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Serve `POST /debug/replay`.
     pub debug_replay: bool,
+    /// Bounds on connections (see [`crate::listen`]).
+    pub conn: crate::listen::ConnLimits,
 }
 
 /// What the handlers share.
@@ -99,7 +101,8 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Serves `state` on `listener` until `shutdown` resolves (then drains as axum does).
+/// Serves `state` on `listener`, within its connection limits, until `shutdown` resolves (then
+/// drains as axum does: see [`crate::listen`]).
 ///
 /// # Errors
 /// I/O errors of the listener.
@@ -108,7 +111,8 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+    let limits = state.cfg.conn;
+    crate::listen::serve(listener, router(state), limits, shutdown).await
 }
 
 fn now_secs() -> u64 {

@@ -17,6 +17,7 @@ pub mod engine;
 pub mod fake;
 pub mod generation;
 pub mod http;
+pub mod listen;
 pub mod llama_engine;
 pub mod loadgen;
 pub mod metrics;

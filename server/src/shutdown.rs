@@ -12,7 +12,7 @@
 //! [`BatcherHandle::shutdown`]: crate::batcher::BatcherHandle::shutdown
 
 use crate::http::{router, AppState};
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,7 +53,8 @@ pub async fn serve_until(
         let _ = tokio::time::timeout(grace + BATCHER_MARGIN, batcher).await;
         let _ = stopped_tx.send(());
     };
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(stop).into_future();
+    let limits = state.cfg.conn;
+    let server = crate::listen::serve(listener, router(state), limits, stop);
     tokio::pin!(server);
     tokio::select! {
         r = &mut server => return r,

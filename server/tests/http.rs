@@ -31,6 +31,7 @@ async fn start(slots: u32, max_seq: u32, delay_us: u64, max_queue: usize, key: O
             api_key: key.map(str::to_string),
             max_body_bytes: 4096,
             debug_replay: true,
+            conn: Default::default(),
         },
         metrics: server::metrics::recorder(),
     });

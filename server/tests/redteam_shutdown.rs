@@ -37,6 +37,7 @@ async fn start(slots: u32, delay_us: u64, grace: Duration) -> Until {
             api_key: None,
             max_body_bytes: 1 << 16,
             debug_replay: false,
+            conn: Default::default(),
         },
         metrics: server::metrics::recorder(),
     });

@@ -153,6 +153,7 @@ fn http_request_and_debug_replay() -> TestResult {
                 api_key: None,
                 max_body_bytes: 1 << 20,
                 debug_replay: true,
+                conn: Default::default(),
             },
             metrics: server::metrics::recorder(),
         });

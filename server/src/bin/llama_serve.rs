@@ -52,6 +52,12 @@ struct Args {
     /// Seconds running streams get to finish on shutdown.
     #[arg(long, default_value_t = 30)]
     shutdown_grace_s: u64,
+    /// Connections open at once (more wait in the listen backlog).
+    #[arg(long, default_value_t = 512)]
+    max_connections: usize,
+    /// Seconds a request's head (request line and headers) may take to arrive.
+    #[arg(long, default_value_t = 30)]
+    header_timeout_s: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -98,6 +104,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             api_key: args.api_key.clone(),
             max_body_bytes: args.max_body_bytes,
             debug_replay: args.debug_replay,
+            conn: server::listen::ConnLimits {
+                max_connections: args.max_connections.max(1),
+                header_read_timeout: std::time::Duration::from_secs(args.header_timeout_s.max(1)),
+            },
         },
         metrics: server::metrics::recorder(),
     });

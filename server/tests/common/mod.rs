@@ -26,6 +26,7 @@ pub struct Opts {
     pub prefill: u32,
     pub eos: Option<Vec<u32>>,
     pub max_body: usize,
+    pub conn: server::listen::ConnLimits,
 }
 
 impl Default for Opts {
@@ -39,6 +40,7 @@ impl Default for Opts {
             prefill: 32,
             eos: None,
             max_body: 1 << 16,
+            conn: Default::default(),
         }
     }
 }
@@ -71,6 +73,7 @@ pub async fn start(o: Opts) -> Srv {
             api_key: o.key.map(str::to_string),
             max_body_bytes: o.max_body,
             debug_replay: true,
+            conn: o.conn,
         },
         metrics: server::metrics::recorder(),
     });

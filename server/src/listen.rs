@@ -1,0 +1,121 @@
+//! The accept loop: HTTP/1 connections served with a bound on how many are open and on how long a
+//! request's head may take to arrive.
+//!
+//! `axum::serve` runs hyper without a timer, so hyper's header-read timeout is off, and it accepts
+//! without bound. Found by review: about 1,000 connections that each sent half a request head and
+//! then nothing exhausted the process's file descriptors, after which `accept` failed (EMFILE) and
+//! every new client hung until the attacker left. Here each connection holds a permit of
+//! [`ConnLimits::max_connections`] (the loop waits for one before it accepts: new clients queue in
+//! the kernel's backlog rather than failing the process's other file operations), and hyper closes a
+//! connection whose request head has not fully arrived within [`ConnLimits::header_read_timeout`].
+//!
+//! Graceful shutdown is axum's: once the signal resolves, no connection is accepted, each open one
+//! finishes the request in flight and closes, and the returned future resolves when all are closed.
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+/// Bounds on connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Connections open at once; more wait in the listener's backlog.
+    pub max_connections: usize,
+    /// Time for a request's head (request line and headers) to arrive, from the connection's start
+    /// or the end of its previous response; a connection that exceeds it is closed.
+    pub header_read_timeout: Duration,
+}
+
+impl Default for ConnLimits {
+    /// 512 connections (half the usual soft limit of 1,024 file descriptors), 30 s for a head.
+    fn default() -> Self {
+        ConnLimits { max_connections: 512, header_read_timeout: Duration::from_secs(30) }
+    }
+}
+
+/// Serves `router` on `listener` within `limits` until `shutdown` resolves, then drains (see the
+/// module docs).
+///
+/// # Errors
+/// None today: accept errors are retried (after 1 s for errors other than a connection's own).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    // Closed (sender dropped) to tell the connections to finish; they hold `close_rx` until done.
+    let (signal_tx, signal_rx) = watch::channel(());
+    let (close_tx, close_rx) = watch::channel(());
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break, // never closed
+            },
+            () = &mut shutdown => break,
+        };
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    if !is_connection_error(&e) {
+                        // EMFILE and the like: give the process a moment, as axum does.
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        let mut signal_rx = signal_rx.clone();
+        let close_rx = close_rx.clone();
+        let timeout = limits.header_read_timeout;
+        tokio::spawn(async move {
+            let mut builder = http1::Builder::new();
+            builder.timer(TokioTimer::new()).header_read_timeout(timeout);
+            let conn = builder.serve_connection(TokioIo::new(stream), service).with_upgrades();
+            tokio::pin!(conn);
+            let mut signalled = false;
+            loop {
+                tokio::select! {
+                    r = conn.as_mut() => {
+                        drop(r); // a connection's own error ends only that connection
+                        break;
+                    }
+                    _ = signal_rx.changed(), if !signalled => {
+                        signalled = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                }
+            }
+            drop(close_rx);
+            drop(permit);
+        });
+    }
+    drop(listener);
+    drop(signal_tx);
+    drop(close_rx);
+    close_tx.closed().await;
+    Ok(())
+}
+
+/// Errors of one accepted connection, not of the listener (retried at once).
+fn is_connection_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
+}

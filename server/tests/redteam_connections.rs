@@ -1,0 +1,41 @@
+//! Red team, connections (found by review): `axum::serve` ran hyper without a timer, so a request
+//! head that never finished kept its connection for ever, and nothing bounded the connections open.
+//! About 1,000 half-sent heads exhausted the process's file descriptors; `accept` then failed and
+//! every new client hung. Now each connection holds one of `ConnLimits::max_connections` permits,
+//! and a head that has not arrived within `ConnLimits::header_read_timeout` closes its connection.
+
+mod common;
+use common::{start, Opts};
+use server::listen::ConnLimits;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// More half-sent heads than the connection bound: a well-formed request sent after them is
+/// answered once the heads' timeout has freed the permits, and each half-sent connection is closed
+/// by the server. Without the timeout (the old server) every attacker connection stays open and
+/// the request is not answered within the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn half_sent_heads_time_out_and_free_their_connections() {
+    let conn = ConnLimits { max_connections: 16, header_read_timeout: Duration::from_millis(500) };
+    let s = start(Opts { conn, ..Opts::default() }).await;
+    let mut attackers = Vec::new();
+    for _ in 0..24 {
+        let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        c.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        attackers.push(c);
+    }
+    let t = Instant::now();
+    let (code, body) =
+        tokio::time::timeout(Duration::from_secs(10), s.post("/v1/models", &serde_json::json!({})))
+            .await
+            .unwrap_or((0, "no answer within 10 s".into()));
+    // `/v1/models` is a GET route: a POST is answered 405, which is an answer.
+    assert!(code == 405 || code == 200, "{code}: {body}");
+    assert!(t.elapsed() < Duration::from_secs(5), "answered after {:?}", t.elapsed());
+    // Every half-sent connection was closed by the server (its read sees the end, or a reset).
+    for (i, mut c) in attackers.into_iter().enumerate() {
+        let mut buf = [0u8; 256];
+        let r = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf)).await;
+        assert!(r.is_ok(), "attacker connection {i} still open after its head's timeout");
+    }
+}

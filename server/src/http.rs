@@ -76,10 +76,22 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
     })
     .layer(DefaultBodyLimit::max(limit))
+    .layer(axum::middleware::from_fn_with_state(state.clone(), body_deadline))
     // Outermost: the key is checked on every /v1 and /debug path (routes, wrong methods and
     // unknown routes alike) before any body is read.
     .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
     .with_state(state)
+}
+
+/// Bounds the time a request's body may take to arrive (`ConnLimits::body_read_timeout`).
+async fn body_deadline(
+    State(st): State<Arc<AppState>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = Body::new(crate::listen::DeadlineBody::new(body, st.cfg.conn.body_read_timeout));
+    next.run(axum::extract::Request::from_parts(parts, body)).await
 }
 
 async fn auth(

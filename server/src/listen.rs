@@ -30,12 +30,60 @@ pub struct ConnLimits {
     /// Time for a request's head (request line and headers) to arrive, from the connection's start
     /// or the end of its previous response; a connection that exceeds it is closed.
     pub header_read_timeout: Duration,
+    /// Time for a request's body to arrive once its head has: a body still arriving then fails to
+    /// read (the request is answered 400, `invalid_body`), so a body sent a byte at a time cannot
+    /// hold its connection (see [`crate::http::router`]).
+    pub body_read_timeout: Duration,
 }
 
 impl Default for ConnLimits {
-    /// 512 connections (half the usual soft limit of 1,024 file descriptors), 30 s for a head.
+    /// 512 connections (half the usual soft limit of 1,024 file descriptors), 30 s for a head, 30 s
+    /// for a body.
     fn default() -> Self {
-        ConnLimits { max_connections: 512, header_read_timeout: Duration::from_secs(30) }
+        ConnLimits {
+            max_connections: 512,
+            header_read_timeout: Duration::from_secs(30),
+            body_read_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A request body that fails once `deadline` has passed (see [`ConnLimits::body_read_timeout`]).
+pub(crate) struct DeadlineBody {
+    inner: axum::body::Body,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    timeout: Duration,
+}
+
+impl DeadlineBody {
+    /// `inner`, failing if it has not ended within `timeout` from now.
+    pub(crate) fn new(inner: axum::body::Body, timeout: Duration) -> DeadlineBody {
+        DeadlineBody { inner, deadline: Box::pin(tokio::time::sleep(timeout)), timeout }
+    }
+}
+
+impl http_body::Body for DeadlineBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            let msg = format!("the request body did not arrive within {:?}", this.timeout);
+            return std::task::Poll::Ready(Some(Err(msg.into())));
+        }
+        std::pin::Pin::new(&mut this.inner).poll_frame(cx).map_err(Into::into)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -2,7 +2,8 @@
 //! head that never finished kept its connection for ever, and nothing bounded the connections open.
 //! About 1,000 half-sent heads exhausted the process's file descriptors; `accept` then failed and
 //! every new client hung. Now each connection holds one of `ConnLimits::max_connections` permits,
-//! and a head that has not arrived within `ConnLimits::header_read_timeout` closes its connection.
+//! a head that has not arrived within `ConnLimits::header_read_timeout` closes its connection, and
+//! a body that has not arrived within `ConnLimits::body_read_timeout` fails its request.
 
 mod common;
 use common::{start, Opts};
@@ -16,7 +17,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// the request is not answered within the bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn half_sent_heads_time_out_and_free_their_connections() {
-    let conn = ConnLimits { max_connections: 16, header_read_timeout: Duration::from_millis(500) };
+    let conn = ConnLimits {
+        max_connections: 16,
+        header_read_timeout: Duration::from_millis(500),
+        body_read_timeout: Duration::from_secs(30),
+    };
     let s = start(Opts { conn, ..Opts::default() }).await;
     let mut attackers = Vec::new();
     for _ in 0..24 {
@@ -38,4 +43,41 @@ async fn half_sent_heads_time_out_and_free_their_connections() {
         let r = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf)).await;
         assert!(r.is_ok(), "attacker connection {i} still open after its head's timeout");
     }
+}
+
+/// A complete head, then part of its body and nothing more: the request is answered (400,
+/// `invalid_body`) once the body's time is up, instead of holding its connection for ever (the
+/// old server never answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_body_that_stops_arriving_fails_its_request() {
+    let conn = ConnLimits {
+        max_connections: 16,
+        header_read_timeout: Duration::from_secs(30),
+        body_read_timeout: Duration::from_millis(500),
+    };
+    let s = start(Opts { conn, ..Opts::default() }).await;
+    let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\": ",
+    )
+    .await
+    .unwrap();
+    let t = Instant::now();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+        .await
+        .expect("no answer within 5 s to a body that stopped arriving")
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert!(text.contains("invalid_body") && text.contains("did not arrive"), "{text}");
+    assert!(
+        t.elapsed() >= Duration::from_millis(400),
+        "answered after {:?}, before the body's time",
+        t.elapsed()
+    );
+    // A well-formed request is answered as before.
+    let (code, v) =
+        s.json("/v1/completions", &serde_json::json!({"prompt": [5, 6, 7], "max_tokens": 2})).await;
+    assert_eq!(code, 200, "{v}");
 }

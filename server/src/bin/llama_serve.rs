@@ -55,7 +55,7 @@ struct Args {
     /// Connections open at once (more wait in the listen backlog).
     #[arg(long, default_value_t = 512)]
     max_connections: usize,
-    /// Seconds a request's head (request line and headers) may take to arrive.
+    /// Seconds a request's head (request line and headers) may take to arrive, and then its body.
     #[arg(long, default_value_t = 30)]
     header_timeout_s: u64,
 }
@@ -107,6 +107,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             conn: server::listen::ConnLimits {
                 max_connections: args.max_connections.max(1),
                 header_read_timeout: std::time::Duration::from_secs(args.header_timeout_s.max(1)),
+                body_read_timeout: std::time::Duration::from_secs(args.header_timeout_s.max(1)),
             },
         },
         metrics: server::metrics::recorder(),

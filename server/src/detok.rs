@@ -3,8 +3,14 @@
 
 use crate::tokenizer::TextTokenizer;
 
+/// The most tokens one character can span: a UTF-8 character is at most 4 bytes, and every token
+/// adds at least one.
+const MAX_CHAR_TOKENS: usize = 4;
+
 /// Turns generated tokens into text deltas, never emitting half a UTF-8 character: while the
-/// decoded tail ends in an incomplete character (U+FFFD), it is held back.
+/// decoded tail ends in an incomplete character (U+FFFD), it is held back (at most
+/// `MAX_CHAR_TOKENS` tokens: bytes beyond that can never complete a character and come out as
+/// U+FFFD, as the full decode has them).
 #[derive(Debug, Default)]
 pub struct Detokenizer {
     ids: Vec<u32>,
@@ -39,6 +45,22 @@ impl Detokenizer {
             // as in the full text (moving `prefix` instead lost a SentencePiece leading space).
             if all == before {
                 self.ids.truncate(self.read);
+            } else if self.ids.len() - self.read > MAX_CHAR_TOKENS {
+                // More tokens held than one character can span, and the text still ends in
+                // U+FFFD: its first ones are bytes that no later token can complete (a run of
+                // invalid UTF-8 would otherwise grow the window for ever, each push decoding all
+                // of it: quadratic CPU, found by review). Their text (U+FFFD, as the full decode
+                // has it) is emitted; the last `MAX_CHAR_TOKENS - 1` stay held, since they may be
+                // the start of a character still arriving (an earlier cap that emitted the whole
+                // tail broke such a character: see `server/tests/text.rs`).
+                let cut = self.ids.len() - (MAX_CHAR_TOKENS - 1);
+                let upto = tok.decode(&self.ids[self.prefix..cut])?;
+                if upto.len() >= before.len() && upto.is_char_boundary(before.len()) {
+                    let delta = upto[before.len()..].to_string();
+                    self.prefix = self.read;
+                    self.read = cut;
+                    return Ok(delta);
+                }
             }
             Ok(String::new())
         }

@@ -129,6 +129,29 @@ fn detokenizer_window_stays_small_on_tokens_that_decode_to_nothing() {
     assert_eq!(out, t.decode(&ids).unwrap());
 }
 
+/// A long run of a byte that is never valid UTF-8 (0xFF): the window stays bounded (found by
+/// review: it grew with every token, each push decoding all of it), the stream equals the full
+/// decode, and a character split over byte tokens after the run still comes out whole.
+#[test]
+fn detokenizer_window_stays_small_on_invalid_bytes() {
+    let t = TextTokenizer::fixture().unwrap();
+    let ff = t.token_to_id(&byte_char(0xFF).to_string()).unwrap();
+    let mut ids = vec![ff; 4000];
+    ids.extend("😀".bytes().map(|b| t.token_to_id(&byte_char(b).to_string()).unwrap()));
+    ids.push(ff);
+    ids.extend("é".bytes().map(|b| t.token_to_id(&byte_char(b).to_string()).unwrap()));
+    ids.extend(t.encode("x", false).unwrap());
+    let mut d = Detokenizer::new();
+    let mut out = String::new();
+    for &id in &ids {
+        out.push_str(&d.push(&t, id).unwrap());
+        assert!(d.window() <= 16, "the window grew to {} tokens", d.window());
+    }
+    out.push_str(&d.flush(&t).unwrap());
+    assert_eq!(out, t.decode(&ids).unwrap());
+    assert!(out.ends_with("\u{FFFD}😀\u{FFFD}éx"), "{:?}", &out[out.len() - 16..]);
+}
+
 #[test]
 fn detokenizer_matches_full_decode_on_random_ids() {
     let t = TextTokenizer::fixture().unwrap();

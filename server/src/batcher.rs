@@ -315,6 +315,8 @@ impl State {
         match m {
             Msg::Submit(req, tx, t) => self.queue.push_back((req, tx, t)),
             Msg::Replay(id, reply) => {
+                // Replays whose client left do not count (they are skipped when their turn comes).
+                self.replays.retain(|(_, r)| !r.is_closed());
                 if self.replays.len() >= MAX_QUEUED_REPLAYS {
                     let _ = reply.send(Err(EngineError::Busy("too many replays queued")));
                 } else {
@@ -353,10 +355,12 @@ impl State {
         }
     }
 
-    fn admit(&mut self) {
-        // A pending replay keeps one free slot for itself (it runs at the next round), so that
-        // neither starves the other: requests are admitted into the other free slots.
-        let keep = usize::from(!self.replays.is_empty());
+    /// Admits queued requests into free slots. While a replay is pending and may run next
+    /// (`replay_may_run`: not held back by the replay gate), it keeps one free slot for itself, so
+    /// that neither starves the other; a gated replay keeps none (found by review: with one slot,
+    /// the reserved slot left the batcher spinning with nothing to run until the gate opened).
+    fn admit(&mut self, replay_may_run: bool) {
+        let keep = usize::from(replay_may_run && !self.replays.is_empty());
         while !self.queue.is_empty() && self.free.len() > keep {
             let Some(slot) = self.free.pop_first() else { break };
             let Some((req, tx, submitted)) = self.queue.pop_front() else { break };
@@ -423,7 +427,9 @@ impl<E: Engine> Batcher<E> {
                 break;
             }
             self.run_replays().await;
-            self.st.admit();
+            let busy = !self.st.running.is_empty() || !self.st.queue.is_empty();
+            let gated = busy && self.replay_not_before.is_some_and(|at| Instant::now() < at);
+            self.st.admit(!gated);
             self.st.update_gauges();
             let idle = self.st.running.is_empty() && self.st.replays.is_empty();
             if idle && self.st.queue.is_empty() && (self.st.deadline.is_some() || self.st.inbox_closed) {

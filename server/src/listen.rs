@@ -28,7 +28,10 @@ pub struct ConnLimits {
     /// Connections open at once; more wait in the listener's backlog.
     pub max_connections: usize,
     /// Time for a request's head (request line and headers) to arrive, from the connection's start
-    /// or the end of its previous response; a connection that exceeds it is closed.
+    /// or the end of its previous response; a connection that exceeds it is closed. This is also
+    /// how long an idle keep-alive connection stays open: a client should keep idle pooled
+    /// connections for less (`reqwest`'s default is 90 s; the load tool uses 20 s), or a request
+    /// sent on one just as the server closes it fails.
     pub header_read_timeout: Duration,
     /// Time for a request's body to arrive once its head has: a body still arriving then fails to
     /// read (the request is answered 400, `invalid_body`), so a body sent a byte at a time cannot
@@ -71,11 +74,13 @@ impl http_body::Body for DeadlineBody {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let this = &mut *self;
-        if this.deadline.as_mut().poll(cx).is_ready() {
+        // What has arrived is read first; only a body still waiting past its time fails.
+        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx).map_err(Into::into);
+        if polled.is_pending() && this.deadline.as_mut().poll(cx).is_ready() {
             let msg = format!("the request body did not arrive within {:?}", this.timeout);
             return std::task::Poll::Ready(Some(Err(msg.into())));
         }
-        std::pin::Pin::new(&mut this.inner).poll_frame(cx).map_err(Into::into)
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

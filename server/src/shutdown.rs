@@ -5,7 +5,7 @@
 //! accepting. Running streams finish, or are cancelled when the grace period ends. Only then does
 //! the listener close. Connections still open get [`CLOSE_BOUND`] to end; then [`serve_until`]
 //! returns regardless, so a client that never completes its request (a half-sent head, a body
-//! that never comes) cannot keep the process alive. Such a connection's task (axum runs each
+//! that never comes) cannot keep the process alive. Such a connection's task (`crate::listen` runs each
 //! connection in a task of its own) is not ended by the return: it ends with the runtime, which
 //! `llama-serve` drops at once.
 //!

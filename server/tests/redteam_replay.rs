@@ -108,3 +108,46 @@ async fn replays_beyond_the_queue_bound_are_refused() {
     assert!(codes.iter().all(|&c| c == 200 || c == 503), "{codes:?}");
     assert!(busy > 0 && busy < n, "{n} concurrent replays: {busy} refused as busy ({codes:?})");
 }
+
+/// One slot: a replay held back by the gate must not keep the only slot reserved (found by review:
+/// the request waited for the whole flood while the batcher spun with nothing to run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_slot_is_shared_between_requests_and_replays() {
+    let s = start(Opts { slots: 1, delay_us: 1000, max_seq: 256, ..Opts::default() }).await;
+    let prompt = common::no_eos_prompt(3, 3, 100);
+    let (code, v) = s
+        .json("/v1/completions", &json!({"prompt": prompt, "max_tokens": 100, "temperature": 0, "stop": []}))
+        .await;
+    assert_eq!(code, 200, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let stop_at = Instant::now() + Duration::from_secs(3);
+    let mut loops = vec![];
+    for _ in 0..3 {
+        let (c, b, id) = (s.c.clone(), s.base.clone(), id.clone());
+        loops.push(tokio::spawn(async move {
+            while Instant::now() < stop_at {
+                c.post(format!("{b}/debug/replay"))
+                    .json(&json!({"id": id}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let t = Instant::now();
+    let (code, v) =
+        s.json("/v1/completions", &json!({"prompt": [5, 6, 7], "max_tokens": 5, "stop": []})).await;
+    let took = t.elapsed();
+    for h in loops {
+        h.await.unwrap();
+    }
+    assert_eq!(code, 200, "{v}");
+    assert!(
+        took < Duration::from_millis(1500),
+        "a 5-token request took {took:?} during the flood, with one slot"
+    );
+}

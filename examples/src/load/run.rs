@@ -42,6 +42,9 @@ pub async fn run_load(o: &LoadOptions, command: String) -> Result<LoadReport> {
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(10))
+        // Below the server's header timeout (30 s by default), which also closes idle keep-alive
+        // connections: a pooled connection is never reused just as the server closes it.
+        .pool_idle_timeout(Duration::from_secs(20))
         .build()
         .context("building the HTTP client")?;
     let model = match &o.model {

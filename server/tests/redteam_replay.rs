@@ -22,15 +22,21 @@ async fn stream_time(s: &common::Srv) -> Duration {
     t.elapsed()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn replay_flood_does_not_stall_generation() {
-    let s = start(Opts { delay_us: 1000, max_seq: 256, ..Opts::default() }).await;
-    let prompt = common::no_eos_prompt(3, 3, 200);
-    let (code, v) = s
-        .json("/v1/completions", &json!({"prompt": prompt, "max_tokens": 200, "temperature": 0, "stop": []}))
-        .await;
+/// A server whose steps take 1 ms, with `slots` slots, after one request of `tokens` greedy
+/// tokens; that request's id (its path is kept for replay).
+async fn served(slots: u32, tokens: usize) -> (common::Srv, String) {
+    let s = start(Opts { slots, delay_us: 1000, max_seq: 256, ..Opts::default() }).await;
+    let prompt = common::no_eos_prompt(3, 3, tokens);
+    let body = json!({"prompt": prompt, "max_tokens": tokens, "temperature": 0, "stop": []});
+    let (code, v) = s.json("/v1/completions", &body).await;
     assert_eq!(code, 200, "{v}");
     let id = v["id"].as_str().unwrap().to_string();
+    (s, id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replay_flood_does_not_stall_generation() {
+    let (s, id) = served(Opts::default().slots, 200).await;
     let (code, r) = s.json("/debug/replay", &json!({"id": id})).await;
     assert_eq!((code, r["equal"].as_bool()), (200, Some(true)), "{r}");
     let base = stream_time(&s).await;
@@ -79,13 +85,7 @@ async fn replay_flood_does_not_stall_generation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replays_beyond_the_queue_bound_are_refused() {
-    let s = start(Opts { delay_us: 1000, max_seq: 256, ..Opts::default() }).await;
-    let prompt = common::no_eos_prompt(3, 3, 100);
-    let (code, v) = s
-        .json("/v1/completions", &json!({"prompt": prompt, "max_tokens": 100, "temperature": 0, "stop": []}))
-        .await;
-    assert_eq!(code, 200, "{v}");
-    let id = v["id"].as_str().unwrap().to_string();
+    let (s, id) = served(Opts::default().slots, 100).await;
     let n = 3 * server::batcher::MAX_QUEUED_REPLAYS;
     let mut all = vec![];
     for _ in 0..n {
@@ -113,13 +113,7 @@ async fn replays_beyond_the_queue_bound_are_refused() {
 /// the request waited for the whole flood while the batcher spun with nothing to run).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_slot_is_shared_between_requests_and_replays() {
-    let s = start(Opts { slots: 1, delay_us: 1000, max_seq: 256, ..Opts::default() }).await;
-    let prompt = common::no_eos_prompt(3, 3, 100);
-    let (code, v) = s
-        .json("/v1/completions", &json!({"prompt": prompt, "max_tokens": 100, "temperature": 0, "stop": []}))
-        .await;
-    assert_eq!(code, 200, "{v}");
-    let id = v["id"].as_str().unwrap().to_string();
+    let (s, id) = served(1, 100).await;
     let stop_at = Instant::now() + Duration::from_secs(3);
     let mut loops = vec![];
     for _ in 0..3 {

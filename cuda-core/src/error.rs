@@ -179,9 +179,13 @@ pub(crate) fn mark_library_loaded() {
 static DROP_ERRORS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static LAST_DROP_ERROR: std::sync::Mutex<Option<(u32, &'static str)>> = std::sync::Mutex::new(None);
 
-/// How many driver errors were discarded by `Drop` implementations (which cannot return them:
-/// destroying a stream or event, freeing memory, ...), with the last one's `CUresult` code and what
-/// was being done. Zero in a healthy process; a growing count points at a broken context.
+/// How many errors were discarded by `Drop` implementations (which cannot return them: destroying
+/// a stream or event, freeing memory, ...), with the last one's `CUresult` code and what was being
+/// done. A drop path that leaks what it would have released because a capture is open (freeing
+/// into the capture would invalidate it or record a foreign free) is counted too, under
+/// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` (900), the code the driver gives such a call, and any
+/// other error that is not the driver's under `CUDA_ERROR_UNKNOWN` (999). Zero in a healthy process;
+/// a growing count points at a broken context, or at buffers dropped during captures.
 pub fn drop_errors() -> (u64, Option<(u32, &'static str)>) {
     let last = *LAST_DROP_ERROR.lock().unwrap_or_else(|e| e.into_inner());
     (DROP_ERRORS.load(std::sync::atomic::Ordering::Relaxed), last)
@@ -190,18 +194,31 @@ pub fn drop_errors() -> (u64, Option<(u32, &'static str)>) {
 /// Records a driver error that a drop path cannot return (see [`drop_errors`]).
 pub(crate) fn note_drop_error(code: sys::CUresult, during: &'static str) {
     if code != sys::CUresult::CUDA_SUCCESS {
-        DROP_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        *LAST_DROP_ERROR.lock().unwrap_or_else(|e| e.into_inner()) = Some((code as u32, during));
+        count_drop_error(code as u32, during);
     }
 }
 
-/// Records the error of a driver call that a drop path cannot return (see [`drop_errors`]), as
-/// [`note_drop_error`] does for a raw code: the counter and the last `(code, during)` are the same.
+/// Records the error that a drop path cannot return (see [`drop_errors`]): every error is counted.
+/// Found on the GPU: only driver errors were, so the leaks that drop paths report as
+/// [`Error::Capture`] (a wrapped cudarc slice, a free ordered behind a use recorded in a capture)
+/// went uncounted, against their documentation.
 pub(crate) fn note_drop(res: Result<()>) {
-    if let Err(Error::Driver { code, during, .. }) = res {
-        DROP_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        *LAST_DROP_ERROR.lock().unwrap_or_else(|e| e.into_inner()) = Some((code, during));
+    match res {
+        Ok(()) => {}
+        Err(Error::Driver { code, during, .. }) => count_drop_error(code, during),
+        Err(Error::Capture(during)) => {
+            count_drop_error(sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED as u32, during)
+        }
+        Err(_) => count_drop_error(
+            sys::CUresult::CUDA_ERROR_UNKNOWN as u32,
+            "a drop path's error that is not the driver's",
+        ),
     }
+}
+
+fn count_drop_error(code: u32, during: &'static str) {
+    DROP_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    *LAST_DROP_ERROR.lock().unwrap_or_else(|e| e.into_inner()) = Some((code, during));
 }
 
 /// Turns a `CUresult` into `Ok(())` or an [`Error::Driver`] naming `during`.
@@ -211,5 +228,32 @@ pub(crate) fn check(code: sys::CUresult, during: &'static str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::driver(code, during))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every error of a drop path is counted, a leak refused during a capture too (it was not:
+    /// `gpu_interop::refused_slice_is_not_freed_into_cudarcs_capture` failed on the GPU).
+    #[test]
+    fn drop_paths_count_every_error() {
+        let (before, _) = drop_errors();
+        note_drop(Err(Error::Capture("leaking a test value during a capture")));
+        let (after, last) = drop_errors();
+        assert_eq!(after - before, 1);
+        assert_eq!(
+            last,
+            Some((
+                sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED as u32,
+                "leaking a test value during a capture"
+            ))
+        );
+        note_drop(Err(Error::InvalidArgument("not the driver's".into())));
+        note_drop(Ok(()));
+        let (end, last) = drop_errors();
+        assert_eq!(end - after, 1);
+        assert_eq!(last.map(|l| l.0), Some(sys::CUresult::CUDA_ERROR_UNKNOWN as u32));
     }
 }

@@ -278,7 +278,8 @@ fn into_cudarc_refused_while_cudarc_captures() -> TestResult {
 /// slice's stream, into the user's capture. Now the slice is leaked while its stream is captured
 /// (one drop error counted each time, awaited before the capture ends, so the drop provably came
 /// during it), and cudarc's capture ends cleanly. Mutation: `refused-slice-freed-in-capture`
-/// (the slice dropped without the check). Not yet run on a GPU.
+/// (the slice dropped without the check), and `drop-leak-uncounted` (only driver errors counted:
+/// the first GPU run found the leak, an `Error::Capture`, uncounted, and this test failing).
 fn refused_slice_is_not_freed_into_cudarcs_capture() -> TestResult {
     let ctx = ctx()?;
     let cs = ctx.new_stream().map_err(|e| e.to_string())?;

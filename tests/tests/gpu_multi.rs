@@ -340,7 +340,11 @@ fn all_reduce_two_devices() -> TestResult {
 }
 
 /// Each rank captures its all-reduce on its own thread; both graphs are replayed twice with new
-/// inputs, and every replay equals the host sum.
+/// inputs, and every replay equals the host sum. The communicators' first collective is the
+/// captured one: first run on two GPUs (two H200s), it failed with `ncclInternalError` ("failed to
+/// peer with device: operation not permitted when stream is capturing"), NCCL connecting the ranks
+/// on first use inside the capture; `NCCL_RUNTIME_CONNECT=0` is now part of the module's required
+/// environment. Mutation: `runtime-connect-on` (the variable dropped from the policy).
 fn captured_all_reduce_two_devices() -> TestResult {
     let (_, _, sa, sb) = two()?;
     let comms = Communicator::init_all(&Device::all()?[..2])?;
@@ -506,7 +510,7 @@ fn collectives_two_devices() -> TestResult {
 fn main() {
     // NCCL's policy variables (see `cuda_core::nccl`): set here, before any thread starts, where
     // changing the environment cannot race another thread's `getenv`.
-    for var in ["NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER"] {
+    for var in cuda_core::nccl::POLICY_VARS {
         if std::env::var_os(var).is_none() {
             std::env::set_var(var, "0");
         }

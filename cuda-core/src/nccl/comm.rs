@@ -78,8 +78,9 @@ impl Communicator {
     /// # Errors
     /// [`Error::LibraryMissing`] without `libnccl`; [`Error::Library`] for an NCCL older than
     /// [`super::MIN_NCCL_VERSION`] or when NCCL fails to create the communicators;
-    /// [`Error::InvalidArgument`] for an empty list, a device listed twice, or `NCCL_NVLS_ENABLE`
-    /// or `NCCL_GRAPH_REGISTER` not set to `0` in the environment (see the module docs).
+    /// [`Error::InvalidArgument`] for an empty list, a device listed twice, or one of
+    /// [`super::POLICY_VARS`] (`NCCL_NVLS_ENABLE`, `NCCL_GRAPH_REGISTER`, `NCCL_RUNTIME_CONNECT`)
+    /// not set to `0` in the environment (see the module docs).
     pub fn init_all(devices: &[Device]) -> Result<Vec<Communicator>> {
         if devices.is_empty() {
             return Err(Error::InvalidArgument(

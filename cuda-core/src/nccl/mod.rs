@@ -31,13 +31,19 @@
 //! graph must be replayed as many times, and in the same order relative to other collectives, as
 //! the other ranks' graphs).
 //!
-//! **NVLink multicast (NVLS) is never enabled**, and NCCL's registration of user buffers for
-//! captured collectives stays off: creating a communicator is refused unless the environment has
-//! `NCCL_NVLS_ENABLE=0` and `NCCL_GRAPH_REGISTER=0`. Without registration, peers never write into
-//! a rank's own buffers, so a graph replayed out of step with its peers cannot make a peer write
-//! past the end of a buffer. The crate does not set the variables itself (changing the
-//! environment while other threads read it with C `getenv` is a data race): set them in the
-//! environment the process starts with, or at the top of `main` before any thread starts.
+//! **NVLink multicast (NVLS) is never enabled**, NCCL's registration of user buffers for captured
+//! collectives stays off, and so does NCCL's connection on first use: creating a communicator is
+//! refused unless the environment has `NCCL_NVLS_ENABLE=0`, `NCCL_GRAPH_REGISTER=0` and
+//! `NCCL_RUNTIME_CONNECT=0` ([`POLICY_VARS`]). Without registration, peers never write into a
+//! rank's own buffers, so a graph replayed out of step with its peers cannot make a peer write past
+//! the end of a buffer. Without connection on first use (the default since NCCL 2.22),
+//! `ncclCommInitAll` connects the ranks; otherwise the first collective does, and if that one is
+//! being captured the driver refuses the peer mappings and the capture fails (found on two H200s:
+//! `ncclInternalError`, NCCL's log "failed to peer with device 0: 900 operation not permitted
+//! when stream is capturing"; `gpu_multi::captured_all_reduce_two_devices`). The crate does not
+//! set the variables itself (changing the environment while other threads read it with C `getenv`
+//! is a data race): set them in the environment the process starts with, or at the top of `main`
+//! before any thread starts.
 //!
 //! **Lifetime.** The communicators of one [`Communicator::init_all`] are destroyed together, once
 //! every [`Communicator`] handle and every graph holding one of them is gone:
@@ -49,7 +55,7 @@
 //! use cuda_core::nccl::{Communicator, ReduceOp};
 //! use cuda_core::{Device, DeviceBuffer};
 //! # fn main() -> cuda_core::Result<()> {
-//! // Started with NCCL_NVLS_ENABLE=0 NCCL_GRAPH_REGISTER=0 in the environment.
+//! // Started with NCCL_NVLS_ENABLE=0 NCCL_GRAPH_REGISTER=0 NCCL_RUNTIME_CONNECT=0 in the environment.
 //! let dev = Device::new(0)?;
 //! let comms = Communicator::init_all(&[dev])?; // one rank: all-reduce is a copy
 //! let s = dev.new_stream()?;
@@ -82,10 +88,10 @@ fn library() -> Result<()> {
     LOADED.get_or_init(load_once).clone()
 }
 
-/// [`library`], then the NVLS policy of the module docs: what creating a communicator needs.
+/// [`library`], then the environment policy of the module docs: what creating a communicator needs.
 fn load() -> Result<()> {
     library()?;
-    nvls_off()
+    policy_env()
 }
 
 fn load_once() -> Result<()> {
@@ -110,22 +116,48 @@ fn load_once() -> Result<()> {
     Ok(())
 }
 
-/// Checks the policy of the module docs: `NCCL_NVLS_ENABLE=0` and `NCCL_GRAPH_REGISTER=0` must be
-/// in the environment. This crate does not set them itself: changing the environment while other
-/// threads read it (the driver, NVRTC and NCCL call C `getenv`) is a data race, so the process
-/// must set them before it starts threads (or in the environment it is started with).
-fn nvls_off() -> Result<()> {
-    for var in ["NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER"] {
-        match std::env::var(var) {
-            Ok(v) if v.trim() == "0" => {}
+/// The environment variables the module docs require, each set to `0`.
+pub const POLICY_VARS: [&str; 3] = ["NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER", "NCCL_RUNTIME_CONNECT"];
+
+/// Checks the policy of the module docs: [`POLICY_VARS`] must be `0` in the environment. This
+/// crate does not set them itself: changing the environment while other threads read it (the
+/// driver, NVRTC and NCCL call C `getenv`) is a data race, so the process must set them before it
+/// starts threads (or in the environment it is started with).
+fn policy_env() -> Result<()> {
+    policy(|var| std::env::var(var).ok())
+}
+
+/// [`policy_env`] over any lookup of variables (a pure function, tested without a GPU).
+fn policy(get: impl Fn(&str) -> Option<String>) -> Result<()> {
+    for var in POLICY_VARS {
+        match get(var) {
+            Some(v) if v.trim() == "0" => {}
             v => {
                 return Err(Error::InvalidArgument(format!(
-                    "{var} is {v:?}: set {var}=0 in the environment before starting threads (this crate never enables NVLink multicast, and keeps NCCL from registering user buffers in graphs)"
+                    "{var} is {v:?}: set {var}=0 in the environment before starting threads (this crate never enables NVLink multicast, keeps NCCL from registering user buffers in graphs, and has NCCL connect its ranks when the communicators are created, never inside a capture)"
                 )))
             }
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_needs_every_variable_at_zero() {
+        let all = |var: &str| POLICY_VARS.contains(&var).then(|| "0".to_string());
+        assert!(policy(all).is_ok());
+        for missing in POLICY_VARS {
+            let without = |var: &str| (var != missing).then(|| "0".to_string());
+            let e = policy(without).unwrap_err().to_string();
+            assert!(e.contains(missing), "{e}");
+            let one = |var: &str| Some(if var == missing { "1" } else { "0" }.to_string());
+            assert!(policy(one).is_err());
+        }
+    }
 }
 
 fn raw_version() -> Result<(u32, u32, u32)> {

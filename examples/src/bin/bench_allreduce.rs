@@ -128,7 +128,7 @@ fn sync_all(ranks: &[RankBufs]) -> Result<()> {
 fn main() -> Result<()> {
     // NCCL's policy variables (see `cuda_core::nccl`): set here, before any thread starts, where
     // changing the environment cannot race another thread's `getenv`.
-    for var in ["NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER"] {
+    for var in cuda_core::nccl::POLICY_VARS {
         if std::env::var_os(var).is_none() {
             std::env::set_var(var, "0");
         }

@@ -1,0 +1,95 @@
+# The seventh 2026-11-28 session's device calls on a machine of four H200s (`nvidia-h200-x4`), each
+# GPU its own lane: every test process sees one GPU (CUDA_VISIBLE_DEVICES), except the two-GPU
+# tests, which see two. Carry .gpu-tar (bundle.tar.xz and commit of the library to verify,
+# muts.tar.xz with the mutation builds). `bash THIS 1`, then `bash THIS 2`.
+#   1: GPU 0: the raw-driver probe of page-locked allocation and module loads racing thread-local
+#      captures; the sixth round's new tests and their mutations (each must fail); every test
+#      executable alone; the two-GPU tests on GPUs 0 and 1; memcheck and racecheck of the suites
+#      the round touched. GPUs 1-3: racecheck of the eleven gpu_llama / gpu_server tests that never
+#      finished under racecheck, three or four processes a GPU, with a monitor of GPU and CPU load
+#      (to tell whether racecheck is bound by the GPU or by the host).
+#   2: the rest of the sanitizer pass on this library: memcheck of every test of every GPU suite,
+#      racecheck of every other suite (per test where a whole suite runs too long), and again the
+#      long racechecks that call 1 did not finish (JOBS2_EXTRA).
+[ -d .gpu-bundle ] && [ "$(cat .gpu-bundle/.commit 2>/dev/null)" = "$(cat .gpu-tar/commit)" ] || { rm -rf .gpu-bundle; tar -xJf .gpu-tar/bundle.tar.xz && cp .gpu-tar/commit .gpu-bundle/.commit; }
+[ -d .gpu-tar/muts ] || [ ! -f .gpu-tar/muts.tar.xz ] || tar -xJf .gpu-tar/muts.tar.xz -C .gpu-tar
+T0=$SECONDS; L=/tmp/G$1; mkdir -p $L/plain $L/r $L/m; END=$(( $(date +%s) + ${BUDGET:-565} ))
+nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader; date -u; cat .gpu-tar/commit; nproc; free -g | head -2
+export CUDA_ASYNC_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+t() { ls .gpu-bundle/tests/*--$1; }
+one() { [ -x "$1" ] || return 0; timeout 150 $1 --test-threads=1 $2 --exact > $L/$3.log 2>&1; echo "$3 exit $?: $(grep -E '^test result|FAILED: ' $L/$3.log | head -2 | tr '\n' ' ' | cut -c1-260)"; }
+# lane GPU P TOOL JOBFILE: the jobs ("SUITE TEST|ALL"), P at a time on one GPU, each bounded by END;
+# logs under $L/r-TOOL, verdicts in $L/lane-GPU-TOOL-JOBFILE.out.
+lane() { mkdir -p $L/r-$3; CUDA_VISIBLE_DEVICES=$1 xargs -P $2 -L 1 sh -c 'bash scripts/gpu-calls/san-job.sh '"$3"' $0 $1 '"$((END-8)) $L/r-$3"' ' < $4 > $L/lane-$1-$3-$(basename $4).out 2>&1; }
+list() { $(t $1) --list 2>&1 | sed -nE 's/^\[gpu\] ([a-z_0-9]+): test$/\1/p' | sed "s/^/$1 /"; }
+monitor() { while [ $(date +%s) -lt $((END-5)) ]; do { date +%T; nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader | tr '\n' ' '; echo; top -b -n1 -w 200 | sed -n '1,4p;7,20p'; } >> $L/monitor.log; sleep 30; done; }
+refs() { (CUDA_VISIBLE_DEVICES=$1 python3 scripts/hf_llama_reference.py --out /tmp/ref1b --shape 1b --steps 8 > $L/ref1b.log 2>&1; echo "ref1b rc $? at $((SECONDS-T0)) s") &
+  CUDA_VISIBLE_DEVICES=$1 python3 scripts/hf_llama_reference.py --out /tmp/refsmall --shape small --steps 16 > $L/refsmall.log 2>&1; echo "refsmall rc $? at $((SECONDS-T0)) s"; wait; touch /tmp/refs.done; }
+export LLAMA_REF_DIR_1B=/tmp/ref1b LLAMA_REF_DIR=/tmp/refsmall
+newtests() {
+  one "$(t gpu_graph_build)" empty_memset_and_copy_nodes new-empty
+  one .gpu-tar/muts/empty-node-driver empty_memset_and_copy_nodes "mutation-empty-node-driver(must-fail)"
+  one "$(t gpu_interop)" refused_slice_is_not_freed_into_cudarcs_capture new-refused-slice
+  one .gpu-tar/muts/refused-slice-freed-in-capture refused_slice_is_not_freed_into_cudarcs_capture "mutation-refused-slice-freed-in-capture(must-fail)"
+  one "$(t gpu_mlp)" mlp_refusals new-mlp-refusals
+  one "$(t gpu_capture_races)" page_locked_memory_on_a_capturing_thread new-page-locked
+  one "$(t gpu_core)" disk_cache_hit_and_corruption new-cache-program-name
+  one .gpu-tar/muts/kernel-key-no-program disk_cache_hit_and_corruption "mutation-kernel-key-no-program(must-fail)"
+  one .gpu-tar/muts/pinned-drop-in-capture page_locked_memory_on_a_capturing_thread "mutation-pinned-drop-in-capture(must-fail)"
+  one .gpu-tar/muts/pinned-new-in-capture page_locked_memory_on_a_capturing_thread "mutation-pinned-new-in-capture(must-fail)"
+  [ -d .gpu-tar/muts ] || echo "(no mutation builds carried: the mutation lines above did not run)"
+}
+monitor & MON=$!
+if [ "$1" = 1 ]; then
+  if [ "$(nvidia-smi -L | wc -l)" -ge 4 ]; then
+    printf '%s\n' "gpu_llama hf_reference_1b_prompt1" "gpu_llama hf_reference_1b_rows64" "gpu_llama hf_reference_small_cublas" "gpu_server concurrent_requests_equal_their_replays_part2" > $L/j1
+    printf '%s\n' "gpu_llama hf_reference_1b_prompt2" "gpu_llama hf_reference_1b_rows12" "gpu_server concurrent_requests_equal_their_replays_part0" "gpu_server http_request_and_debug_replay" > $L/j2
+    printf '%s\n' "gpu_llama hf_reference_large_buckets" "gpu_llama rows_equal_alone_in_their_bucket" "gpu_server concurrent_requests_equal_their_replays_part1" > $L/j3
+    (refs 3; lane 1 4 racecheck $L/j1 & lane 2 4 racecheck $L/j2 & lane 3 3 racecheck $L/j3 & wait) > $L/long.out 2>&1 & LONG=$!
+  else # two GPUs: four of the eleven on GPU 1
+    printf '%s\n' "gpu_llama hf_reference_1b_prompt1" "gpu_llama hf_reference_1b_prompt2" "gpu_llama hf_reference_1b_rows12" "gpu_llama hf_reference_small_cublas" > $L/j1
+    (refs 1; lane 1 4 racecheck $L/j1) > $L/long.out 2>&1 & LONG=$!
+  fi
+  export CUDA_VISIBLE_DEVICES=0
+  for m in "thread-local 5 host-alloc" "relaxed 5 host-alloc" "global 5 host-alloc" "thread-local 5 module"; do
+    timeout 30 .gpu-bundle/bin/capture-race-probe $m > $L/probe.log 2>&1; echo "probe $m: exit $? | $(tail -4 $L/probe.log | tr '\n' ' ' | cut -c1-300)"
+  done
+  newtests
+  echo "new tests and mutations done at $((SECONDS-T0)) s"; while [ ! -f /tmp/refs.done ]; do sleep 2; done
+  for x in .gpu-bundle/tests/*; do s=${x##*/}; timeout 150 $x --test-threads=1 > $L/plain/$s.log 2>&1 || echo "$s exit $?"; done
+  cat $L/plain/*.log | grep -E '^test result:' | awk '{p+=$4; f+=$6; i+=$8} END {print "bundle summary (one GPU): " p " passed, " f " failed, " i " ignored"}'; echo "suites done at $((SECONDS-T0)) s"
+  grep -hE "^test .*FAILED|FAILED: " $L/plain/*.log | head -8 | cut -c1-220
+  mkdir -p $L/two; for f in $L/plain/*.log; do grep -qE '^test result: ok.* [1-9][0-9]* ignored' $f || continue; s=$(basename $f .log)
+    CUDA_VISIBLE_DEVICES=0,1 CUDA_ASYNC_REQUIRE_GPU=2 timeout 120 .gpu-bundle/tests/$s --test-threads=1 > $L/two/$s.log 2>&1; echo "two GPUs: $s exit $?: $(grep -E '^test result' $L/two/$s.log)"; grep -hE "FAILED: " $L/two/$s.log | head -3 | cut -c1-220; done
+  echo "two-GPU runs done at $((SECONDS-T0)) s"
+  printf '%s\n' "gpu_interop ALL" "gpu_mlp ALL" "gpu_capture_races ALL" > $L/j0; lane 0 3 memcheck $L/j0; lane 0 3 racecheck $L/j0
+  printf '%s\n' "gpu_graph_build ALL" > $L/j0g; lane 0 1 memcheck $L/j0g; lane 0 1 racecheck $L/j0g
+  echo "GPU 0 done at $((SECONDS-T0)) s"; wait $LONG
+else
+  [ -f /tmp/refs.done ] || refs 0
+  for x in .gpu-bundle/tests/*--gpu_*; do s=${x##*--}; case $s in gpu_llama|gpu_server|gpu_prefill|gpu_sampling) list $s;; *) echo "$s ALL";; esac; done > $L/all
+  grep -vE "^gpu_(llama|server|graph_build|completion) " $L/all > $L/m0; echo "gpu_completion ALL" > $L/m0b
+  grep -E "^gpu_(llama|server) " $L/all > $L/m1
+  grep -vE "^gpu_(llama|server|graph|graph_build|blas|sampling) " $L/all > $L/r2
+  { list gpu_graph; list gpu_sampling; echo "gpu_blas ALL"; } > $L/r3
+  QUICK2=${QUICK2-"gpu_llama hf_reference_1b_prompt0 gpu_llama hf_reference_small gpu_llama graph_cache_budget_and_padding gpu_llama products_wait_for_weights_written_ahead gpu_llama cancelled_step_keeps_slots_intact gpu_llama fused_products_match_host gpu_llama refusals gpu_llama kernel_guards"}
+  { printf '%s\n' ${QUICK2:-} | paste -d' ' - -; printf '%s\n' ${JOBS2_EXTRA:-} | paste -d' ' - -; } | grep . > $L/r1
+  if [ "$(nvidia-smi -L | wc -l)" -ge 4 ]; then
+    (CUDA_VISIBLE_DEVICES=0 newtests; lane 0 6 memcheck $L/m0; lane 0 1 memcheck $L/m0b) & P0=$!
+    (lane 1 6 memcheck $L/m1; [ -s $L/r1 ] && lane 1 4 racecheck $L/r1) & P1=$!
+    lane 2 6 racecheck $L/r2 & P2=$!
+    (lane 3 6 racecheck $L/r3; echo "gpu_graph_build ALL" > $L/r3b; lane 3 1 racecheck $L/r3b) & P3=$!
+  else # two GPUs: first the NCCL capture diagnosis on both
+    for v in "NCCL_DEBUG=WARN" "NCCL_DEBUG=WARN NCCL_RUNTIME_CONNECT=0"; do
+      env $v CUDA_VISIBLE_DEVICES=0,1 CUDA_ASYNC_REQUIRE_GPU=2 NCCL_GRAPH_REGISTER=0 timeout 60 $(t gpu_multi) --test-threads=1 captured_all_reduce_two_devices --exact > $L/nccl.log 2>&1
+      echo "captured_all_reduce_two_devices with $v: exit $?"; grep -vE '^\s*$' $L/nccl.log | grep -vE "^running|^failures|^test result" | head -12 | cut -c1-250
+    done
+    (CUDA_VISIBLE_DEVICES=0 newtests; lane 0 6 memcheck $L/m0; lane 0 1 memcheck $L/m0b; lane 0 6 racecheck $L/r2) & P0=$!
+    (lane 1 6 memcheck $L/m1; lane 1 6 racecheck $L/r3; [ -s $L/r1 ] && lane 1 4 racecheck $L/r1) & P1=$!
+    P2= P3=
+  fi
+  wait $P0 $P1 $P2 $P3
+fi
+for f in $L/lane-*.out; do echo "== ${f##*/}: $(grep -c ': ok' $f) ok of $(wc -l < $f)"; grep -v ': ok' $f | cut -c1-230; done
+kill $MON 2>/dev/null; echo "end of lanes at $((SECONDS-T0)) s"; cat $L/long.out 2>/dev/null; dmesg 2>/dev/null | grep -iE "killed process|out of memory|oom" | tail -5
+tar -czf $OUT/logs-g$1.tgz -C /tmp --exclude ref1b --exclude refsmall G$1; echo "end at $((SECONDS-T0)) s"

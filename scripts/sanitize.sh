@@ -10,7 +10,9 @@
 #        that a long suite is covered whole by two processes run side by side), SAN_TAG (added to
 #        the log names, to tell such processes apart), SAN_TOOL_ARGS (extra arguments of the tool,
 #        e.g. "--launch-count 2500": only the first 2,500 kernel launches of the process are checked,
-#        the rest run unchecked; a run so limited says so in its verdict line)
+#        the rest run unchecked; a run so limited says so in its verdict line), SAN_VERDICT_LOG and
+#        SAN_VERDICT_RC (judge a log written earlier, with the tool's exit status then, instead of
+#        running the tool: one suite and tool)
 # Note: racecheck of gpu_graph_build::conditional_while_counts_to_n needs the GPU to itself: while
 # another sanitizer process shares the GPU, the tool's own library faults in that test's first WHILE
 # replay (docs/results/gpu-runs-2026-11-27d.md); alone it is clean. Under memcheck beside 7 other
@@ -39,19 +41,28 @@ for s in "${suites[@]}"; do
     # only job is a deliberate kernel trap (an await of faulted work must fail, not hang; the tool
     # would report that trap as an error), and one for the nested await on an engine thread (killed
     # if it hangs).
-    timeout "${SAN_TIMEOUT:-900}" compute-sanitizer --tool "$tool" --report-api-errors explicit --leak-check no \
-      --target-processes application-only \
-      --print-limit 20000 ${SAN_TOOL_ARGS:-} "$exe" --test-threads=1 ${SAN_ARGS:-} >"$log" 2>&1
-    rc=$?
+    if [[ -n ${SAN_VERDICT_LOG:-} ]]; then
+      # Judge a log written earlier (e.g. on a GPU host) again, with this script's rules and the
+      # allowed list as they are now; SAN_VERDICT_RC is the tool's exit status then.
+      cp "$SAN_VERDICT_LOG" "$log"; rc=${SAN_VERDICT_RC:-0}
+    else
+      timeout -k 10 "${SAN_TIMEOUT:-900}" compute-sanitizer --tool "$tool" --report-api-errors explicit --leak-check no \
+        --target-processes application-only \
+        --print-limit 20000 ${SAN_TOOL_ARGS:-} "$exe" --test-threads=1 ${SAN_ARGS:-} >"$log" 2>&1
+      rc=$?
+    fi
     result=$(grep -E '^test result' "$log" | tail -1)
     # API errors: "Program hit CUDA_ERROR_X (error N) due to ... on CUDA API call to cuY." (driver
     # calls), or "Program hit cudaErrorX ... to cudaY." (runtime calls, made inside libraries).
-    api=$(grep -oE 'Program hit [A-Za-z_]+ \(error [0-9]+\) due to .* on CUDA API call to [A-Za-z0-9_]+' "$log" |
-      sed -E 's/Program hit ([A-Za-z_]+) .* call to ([A-Za-z0-9_]+)/\1 \2/' | sort | uniq -c)
+    # Some are reported without either name ("Program hit error 704 on CUDA API call."): they are
+    # listed as error_N on (unnamed).
+    api=$({ grep -oE 'Program hit [A-Za-z_]+ \(error [0-9]+\) due to .* on CUDA API call to [A-Za-z0-9_]+' "$log" |
+      sed -E 's/Program hit ([A-Za-z_]+) .* call to ([A-Za-z0-9_]+)/\1 \2/'
+      grep -oE 'Program hit error [0-9]+ on CUDA API call\.' "$log" | sed -E 's/Program hit error ([0-9]+) .*/error_\1 (unnamed)/'; } | sort | uniq -c)
     unexpected=0
     while read -r count err call; do
       [[ -z ${err:-} ]] && continue
-      if ! grep -qE "^$err $call( |$)" "$allowed"; then unexpected=$((unexpected + count)); echo "  unexpected API error: $count x $err on $call"; fi
+      if ! awk -v k="$err $call" 'index($0, k " ") == 1 || $0 == k {f = 1} END {exit !f}' "$allowed"; then unexpected=$((unexpected + count)); echo "  unexpected API error: $count x $err on $call"; fi
     done <<<"$api"
     summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)
     errs=$(sed -nE 's/.*ERROR SUMMARY: ([0-9]+) error.*/\1/p' <<<"$summary"); errs=${errs:-0}
@@ -74,6 +85,13 @@ for s in "${suites[@]}"; do
       ((unexpected > 0 || memerrs > 0 || hazards > 0)); then
       verdict=FAIL; bad=1
       [[ $rc -eq 124 ]] && verdict="FAIL (timeout)"
+      # Hazards reported only inside NVIDIA's closed library kernels (cuBLAS's nvjet_sm90_*, whose
+      # bulk-copy pipelines racecheck is reported not to model: docs/results/soundness.md) are
+      # named as such. Still a FAIL: explained, not proven false.
+      kernels=$(grep -oE 'Race reported between [A-Za-z]+ access at [A-Za-z0-9_]+' "$log" | awk '{print $NF}' | sort -u)
+      if [[ $tool == racecheck && -n $kernels ]] && ! grep -qvE '^nvjet_sm90_' <<<"$kernels"; then
+        verdict="$verdict (hazards only inside cuBLAS kernels: $(wc -l <<<"$kernels") nvjet_sm90 kernels)"
+      fi
     fi
     echo "$name $tool${SAN_TOOL_ARGS:+ ($SAN_TOOL_ARGS)}: $verdict | rc $rc | ${result:-no test result} | $summary | api errors $apitotal (unexpected $unexpected)"
     [[ $verdict == ok ]] || grep -E '^test .*FAILED|Invalid|Race|Hazard|Error' "$log" | head -15 | sed 's/^/    /'

@@ -182,7 +182,9 @@ static LAST_DROP_ERROR: std::sync::Mutex<Option<(u32, &'static str)>> = std::syn
 /// How many errors were discarded by `Drop` implementations (which cannot return them: destroying
 /// a stream or event, freeing memory, ...), with the last one's `CUresult` code and what was being
 /// done. A drop path that leaks what it would have released because a capture is open (freeing
-/// into the capture would invalidate it or record a foreign free) is counted too, under
+/// into the capture would invalidate it or record a foreign free) and reports it here is counted
+/// too (one does not: a page-locked buffer dropped on a capturing thread while the reaper thread
+/// cannot be started is leaked uncounted), under
 /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` (900), the code the driver gives such a call, and any
 /// other error that is not the driver's under `CUDA_ERROR_UNKNOWN` (999). Zero in a healthy process;
 /// a growing count points at a broken context, or at buffers dropped during captures.

@@ -143,7 +143,9 @@ fn main() -> Result<()> {
     println!("{n} rank(s), NCCL {maj}.{min}.{patch}");
     run.report.meta("ranks", n);
     run.report.meta("nccl_version", format!("{maj}.{min}.{patch}"));
-    run.report.meta("nccl_nvls_enable", std::env::var("NCCL_NVLS_ENABLE").unwrap_or_default());
+    for var in cuda_core::nccl::POLICY_VARS {
+        run.report.meta(&var.to_lowercase(), std::env::var(var).unwrap_or_default());
+    }
     let comms = Communicator::init_all(devices)?;
     let mut raw_comms = vec![std::ptr::null_mut(); n];
     let ordinals: Vec<i32> = devices.iter().map(|d| d.ordinal() as i32).collect();

@@ -142,24 +142,6 @@ fn policy(get: impl Fn(&str) -> Option<String>) -> Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn policy_needs_every_variable_at_zero() {
-        let all = |var: &str| POLICY_VARS.contains(&var).then(|| "0".to_string());
-        assert!(policy(all).is_ok());
-        for missing in POLICY_VARS {
-            let without = |var: &str| (var != missing).then(|| "0".to_string());
-            let e = policy(without).unwrap_err().to_string();
-            assert!(e.contains(missing), "{e}");
-            let one = |var: &str| Some(if var == missing { "1" } else { "0" }.to_string());
-            assert!(policy(one).is_err());
-        }
-    }
-}
-
 fn raw_version() -> Result<(u32, u32, u32)> {
     // SAFETY: the library is present.
     let v = unsafe { result::get_version() }? as u32;
@@ -186,4 +168,22 @@ fn raw_version() -> Result<(u32, u32, u32)> {
 pub fn version() -> Result<(u32, u32, u32)> {
     library()?;
     raw_version()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_needs_every_variable_at_zero() {
+        let all = |var: &str| POLICY_VARS.contains(&var).then(|| "0".to_string());
+        assert!(policy(all).is_ok());
+        for missing in POLICY_VARS {
+            let without = |var: &str| (var != missing).then(|| "0".to_string());
+            let e = policy(without).unwrap_err().to_string();
+            assert!(e.contains(missing), "{e}");
+            let one = |var: &str| Some(if var == missing { "1" } else { "0" }.to_string());
+            assert!(policy(one).is_err());
+        }
+    }
 }

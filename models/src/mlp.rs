@@ -197,7 +197,11 @@ impl MlpWeights {
     /// # Panics
     /// If `input.len() != batch * in_dim()`.
     pub fn host_forward_f64(&self, input: &[f32], batch: usize) -> Vec<f64> {
-        assert_eq!(input.len(), batch * self.in_dim(), "host_forward_f64: input length vs batch * in_dim");
+        assert_eq!(
+            Some(input.len()),
+            batch.checked_mul(self.in_dim()),
+            "host_forward_f64: input length vs batch * in_dim"
+        );
         let mut x: Vec<f64> = input.iter().map(|&v| f64::from(v)).collect();
         for (l, (w, b)) in self.host.iter().enumerate() {
             let (din, dout) = (self.dims[l], self.dims[l + 1]);

@@ -324,7 +324,7 @@ impl State {
                 }
             }
             Msg::Shutdown(grace) => {
-                let d = Instant::now() + grace;
+                let d = deadline_after(grace);
                 self.deadline = Some(self.deadline.map_or(d, |old| old.min(d)));
             }
             Msg::Served(id, n) => match self.running.iter_mut().find(|s| s.req.id == id) {
@@ -685,4 +685,13 @@ fn emit(eos: &[u32], max_seq: u32, s: &mut Seq, token: u32) {
     } else if s.generated.len() >= s.req.max_tokens as usize || s.position >= max_seq {
         s.done = Some(Finish::Length);
     }
+}
+
+/// The instant `grace` from now, or about 30 years from now where that is not representable (a
+/// grace of `Duration::MAX` means "no bound"; found by review: `Instant::now() + grace` panicked
+/// in the batcher task, cutting every stream at once).
+fn deadline_after(grace: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
+    let now = Instant::now();
+    now.checked_add(grace.min(FAR)).unwrap_or(now)
 }

@@ -32,10 +32,11 @@ pub struct ConnLimits {
     /// how long an idle keep-alive connection stays open: a client should keep idle pooled
     /// connections for less (`reqwest`'s default is 90 s; the load tool uses 20 s), or a request
     /// sent on one just as the server closes it fails.
+    /// Longer than [`MAX_TIMEOUT`] (e.g. `Duration::MAX`) is [`MAX_TIMEOUT`].
     pub header_read_timeout: Duration,
     /// Time for a request's body to arrive once its head has: a body still arriving then fails to
     /// read (the request is answered 400, `invalid_body`), so a body sent a byte at a time cannot
-    /// hold its connection (see [`crate::http::router`]).
+    /// hold its connection (see [`crate::http::router`]). At most [`MAX_TIMEOUT`], as above.
     pub body_read_timeout: Duration,
 }
 
@@ -51,6 +52,17 @@ impl Default for ConnLimits {
     }
 }
 
+/// The longest timeout the server uses: longer ones, `Duration::MAX` included, mean "no bound" and
+/// are cut to this. Found by review: hyper adds the head's timeout to the current instant on every
+/// request head, and `Duration::MAX` made that addition panic in every connection's task, so the
+/// server answered nothing.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 86_400);
+
+/// `d`, at most [`MAX_TIMEOUT`].
+pub(crate) fn bounded(d: Duration) -> Duration {
+    d.min(MAX_TIMEOUT)
+}
+
 /// A request body that fails once `deadline` has passed (see [`ConnLimits::body_read_timeout`]).
 pub(crate) struct DeadlineBody {
     inner: axum::body::Body,
@@ -61,6 +73,7 @@ pub(crate) struct DeadlineBody {
 impl DeadlineBody {
     /// `inner`, failing if it has not ended within `timeout` from now.
     pub(crate) fn new(inner: axum::body::Body, timeout: Duration) -> DeadlineBody {
+        let timeout = bounded(timeout);
         DeadlineBody { inner, deadline: Box::pin(tokio::time::sleep(timeout)), timeout }
     }
 }
@@ -133,7 +146,7 @@ pub async fn serve(
         let service = TowerToHyperService::new(router.clone());
         let mut signal_rx = signal_rx.clone();
         let close_rx = close_rx.clone();
-        let timeout = limits.header_read_timeout;
+        let timeout = bounded(limits.header_read_timeout);
         tokio::spawn(async move {
             let mut builder = http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(timeout);

@@ -50,7 +50,9 @@ pub async fn serve_until(
         signal.await;
         h.shutdown(grace);
         // The listener keeps answering (503s) until the batcher has ended its streams.
-        let _ = tokio::time::timeout(grace + BATCHER_MARGIN, batcher).await;
+        // Saturating: a grace of `Duration::MAX` means "no bound" (found by review: the sum
+        // panicked, in the future that stops the server).
+        let _ = tokio::time::timeout(grace.saturating_add(BATCHER_MARGIN), batcher).await;
         let _ = stopped_tx.send(());
     };
     let limits = state.cfg.conn;

@@ -175,9 +175,23 @@ impl TextTokenizer {
         if let Ok(text) = read("config.json") {
             let v: Value =
                 serde_json::from_str(&text).map_err(|e| TokenizerError::Load(format!("config.json: {e}")))?;
+            // An id past u32 is refused, not truncated (found by review: `x as u32` made
+            // 4294967298 the id 2, and every stream then ended at token 2).
+            let id = |x: &Value| -> Result<Option<u32>, TokenizerError> {
+                match x.as_u64() {
+                    None => Ok(None),
+                    Some(x) => u32::try_from(x).map(Some).map_err(|_| {
+                        TokenizerError::Load(format!("config.json: eos_token_id {x} is not a token id"))
+                    }),
+                }
+            };
             match v.get("eos_token_id") {
-                Some(Value::Number(n)) => eos.extend(n.as_u64().map(|x| x as u32)),
-                Some(Value::Array(a)) => eos.extend(a.iter().filter_map(Value::as_u64).map(|x| x as u32)),
+                Some(n @ Value::Number(_)) => eos.extend(id(n)?),
+                Some(Value::Array(a)) => {
+                    for x in a {
+                        eos.extend(id(x)?);
+                    }
+                }
                 _ => {}
             }
         }
@@ -258,5 +272,36 @@ impl TextTokenizer {
             add_generation_prompt => add_generation_prompt,
         })
         .map_err(|e| TokenizerError::Template(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `config.json`'s `eos_token_id` past `u32` is refused (it was truncated: 4294967298 became
+    /// the id 2); ids within range are read, as a number or in a list.
+    #[test]
+    fn eos_ids_past_u32_are_refused_not_truncated() {
+        let dir = std::env::temp_dir().join(format!("tokenizer-eos-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("tokenizer.json"), FIXTURE_TOKENIZER).unwrap();
+        std::fs::write(dir.join("tokenizer_config.json"), FIXTURE_CONFIG).unwrap();
+        for (config, want) in [
+            (r#"{"eos_token_id": 4294967298}"#, None),
+            (r#"{"eos_token_id": [1, 4294967298]}"#, None),
+            (r#"{"eos_token_id": 2}"#, Some(vec![2])),
+            (r#"{"eos_token_id": [2, 3]}"#, Some(vec![2, 3])),
+        ] {
+            std::fs::write(dir.join("config.json"), config).unwrap();
+            match (TextTokenizer::from_dir(&dir), want) {
+                (Err(TokenizerError::Load(e)), None) => assert!(e.contains("4294967298"), "{e}"),
+                (Ok(t), Some(ids)) => {
+                    assert!(ids.iter().all(|i| t.eos_ids().contains(i)), "{config}: {:?}", t.eos_ids())
+                }
+                (r, w) => panic!("{config}: {:?} (wanted {w:?})", r.map(|t| t.eos_ids().to_vec())),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -83,3 +83,25 @@ async fn a_body_that_stops_arriving_fails_its_request() {
         s.json("/v1/completions", &serde_json::json!({"prompt": [5, 6, 7], "max_tokens": 2})).await;
     assert_eq!(code, 200, "{v}");
 }
+
+/// Found by review: `header_read_timeout: Duration::MAX` (or `--header-timeout-s` past 2^63) made
+/// hyper's `now + timeout` panic in every connection's task, so the server answered nothing. Longer
+/// timeouts are now cut to `listen::MAX_TIMEOUT`: requests are answered, bodies read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbounded_timeouts_still_answer() {
+    let conn = ConnLimits {
+        max_connections: 16,
+        header_read_timeout: Duration::MAX,
+        body_read_timeout: Duration::MAX,
+    };
+    let s = start(Opts { conn, ..Opts::default() }).await;
+    let (code, body) = tokio::time::timeout(Duration::from_secs(10), s.raw("GET /health HTTP/1.1", b""))
+        .await
+        .expect("no answer within 10 s");
+    assert_eq!(code, 200, "{body}");
+    let req = serde_json::json!({"prompt": [1, 2, 3], "max_tokens": 2, "temperature": 0});
+    let (code, body) = tokio::time::timeout(Duration::from_secs(10), s.post("/v1/completions", &req))
+        .await
+        .expect("no answer within 10 s");
+    assert_eq!(code, 200, "{body}");
+}

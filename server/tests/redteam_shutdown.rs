@@ -103,3 +103,31 @@ async fn during_the_grace_new_requests_get_503_and_streams_in_flight_finish() {
     assert_eq!(frames(&streamed).last().unwrap()["choices"][0]["finish_reason"], "length");
     tokio::time::timeout(Duration::from_secs(5), &mut u.served).await.unwrap().unwrap().unwrap();
 }
+
+/// Found by review: a grace of `Duration::MAX` (the usual way to say "no bound") panicked twice:
+/// in the batcher (`Instant::now() + grace`, cutting every stream at once) and in the future that
+/// stops the server (`grace + BATCHER_MARGIN`, so `serve_until` panicked). Now the stream in flight
+/// finishes whole, requests during the grace get their 503, and `serve_until` returns once the
+/// batcher is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unbounded_grace_lets_streams_finish() {
+    let mut u = start(2, 2000, Duration::MAX).await;
+    let c = reqwest::Client::new();
+    let p = no_eos_prompt(11, 4, 40);
+    let body =
+        json!({"prompt": p, "max_tokens": 40, "temperature": 0, "stream": true, "return_token_ids": true});
+    let (c2, base) = (c.clone(), u.base.clone());
+    let job = tokio::spawn(async move {
+        c2.post(format!("{base}/v1/completions")).json(&body).send().await.unwrap().text().await.unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let _ = u.signal.take().unwrap().send(());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let r = c.post(format!("{}/v1/completions", u.base)).json(&json!({"prompt": "x"})).send().await;
+    assert_eq!(r.expect("a request during the grace period must be answered").status().as_u16(), 503);
+    let streamed = tokio::time::timeout(Duration::from_secs(5), job).await.unwrap().unwrap();
+    assert_eq!(stream_ids(&streamed), FakeEngine::expected(VOCAB, &p, Sampling::GREEDY, 40, &[]));
+    assert_eq!(frames(&streamed).last().unwrap()["choices"][0]["finish_reason"], "length");
+    let served = tokio::time::timeout(Duration::from_secs(5), &mut u.served).await;
+    served.expect("serve_until still running after its streams ended").unwrap().unwrap();
+}

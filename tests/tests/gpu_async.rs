@@ -263,6 +263,32 @@ fn cancellation_is_safe() -> TestResult {
     })
 }
 
+/// Found by review: a cancelled await whose op ends in a copy to page-locked memory dropped that
+/// buffer on the executor thread, and its drop waited for the copy, i.e. for the rest of the
+/// stream's queued work (150 ms here): the 5 ms timeout bounded nothing. Now the buffer is freed
+/// on the reaper thread after the copy, and the timeout returns on time. Not yet run on a GPU.
+fn cancelled_copy_out_does_not_block_the_executor() -> TestResult {
+    let d = dev()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+    let s = Stream::new(&d)?;
+    let n = 1 << 22;
+    let t = Instant::now();
+    rt.block_on(async {
+        let op = zeros::<f32>(n).then(|b| SpinWrite { buf: b, ns: 150_000_000, v: 1.0 }).then(to_host);
+        let r = tokio::time::timeout(Duration::from_millis(5), op.on(&s)).await;
+        ensure(r.is_err(), "the timeout fired first")
+    })?;
+    let took = t.elapsed();
+    ensure(
+        took < Duration::from_millis(75),
+        format!("the cancelled await took {took:?}: its drop waited for the copy"),
+    )?;
+    s.synchronize()?;
+    // The stream and the completion machinery go on.
+    let b = rt.block_on(full(100, 3.0f32).then(to_host).on(&s))?;
+    ensure(b.as_slice()? == &[3.0f32; 100][..], "after the cancelled copy")
+}
+
 /// Several `AddScalar` launches queued by one op (so one await covers several kernels).
 struct AddMany<'a> {
     buf: &'a mut DeviceBuffer<f32>,
@@ -403,6 +429,7 @@ fn main() {
         .gpu("nested_execution_and_panic", nested_execution_and_panic)
         .gpu("tokio_current_thread_ticker", tokio_current_thread_ticker)
         .gpu("cancellation_is_safe", cancellation_is_safe)
+        .gpu("cancelled_copy_out_does_not_block_the_executor", cancelled_copy_out_does_not_block_the_executor)
         .gpu("many_tasks_many_ops", many_tasks_many_ops)
         .gpu("round_robin_streams", round_robin_streams)
         .gpu("default_device_and_policy", default_device_and_policy)

@@ -251,6 +251,17 @@ impl<T: DeviceRepr> Drop for PinnedBuffer<T> {
             owner.free_on_reaper(self.pending.take());
             return;
         }
+        // A transfer still in flight: the free goes to the reaper thread, after it, rather than
+        // waiting here (found by review: a future cancelled by a timeout dropped its buffer on
+        // the executor thread, which then waited out the rest of the stream's queued work, so
+        // the timeout bounded nothing). A query that fails (a faulted copy, a record in a
+        // capture) takes the path below, which leaks rather than frees early.
+        if self.pending.as_ref().is_some_and(|ev| matches!(ev.query(), Ok(false))) {
+            // SAFETY: as above.
+            let owner = unsafe { HostAlloc::from_raw(self.ptr.cast(), self.device, FREEING) };
+            owner.free_on_reaper(self.pending.take());
+            return;
+        }
         // The memory must not be freed while a transfer still touches it: wait first. If the wait
         // or the context binding fails, leak the memory rather than risk freeing it early.
         if self.wait().is_ok() && self.device.bind_in_drop() {

@@ -80,7 +80,8 @@ impl Communicator {
     /// [`super::MIN_NCCL_VERSION`] or when NCCL fails to create the communicators;
     /// [`Error::InvalidArgument`] for an empty list, a device listed twice, or one of
     /// [`super::POLICY_VARS`] (`NCCL_NVLS_ENABLE`, `NCCL_GRAPH_REGISTER`, `NCCL_RUNTIME_CONNECT`)
-    /// not set to `0` in the environment (see the module docs).
+    /// not set to `0` in the environment, or `NCCL_GRAPH_MIXING_SUPPORT` set to anything but `1`
+    /// (see the module docs); [`Error::Capture`] while a stream capture is open in the process.
     pub fn init_all(devices: &[Device]) -> Result<Vec<Communicator>> {
         if devices.is_empty() {
             return Err(Error::InvalidArgument(
@@ -100,9 +101,14 @@ impl Communicator {
         load()?;
         let ordinals: Vec<i32> = devices.iter().map(|d| d.ordinal() as i32).collect();
         let mut comms = vec![std::ptr::null_mut(); devices.len()];
-        // SAFETY: `comms` has room for `n` handles and `ordinals` holds `n` valid, distinct device
-        // ordinals (opened devices, whose primary contexts NCCL's runtime calls will use).
-        unsafe { result::comm_init_all(&mut comms, n, &ordinals) }?;
+        // With connection on first use off (the policy), creating the communicators connects the
+        // ranks, enabling peer access between their devices: a device-wide operation, refused
+        // while a capture is open anywhere, like `Device::enable_peer_access` (found by review).
+        crate::driver::device_wide("creating NCCL communicators while a stream capture is active", || {
+            // SAFETY: `comms` has room for `n` handles and `ordinals` holds `n` valid, distinct
+            // device ordinals (opened devices, whose primary contexts NCCL's runtime calls use).
+            unsafe { result::comm_init_all(&mut comms, n, &ordinals) }
+        })?;
         // NCCL may register destructors of its own at the first communicator (after its load):
         // the reaper's exit drain is registered once more so that it runs before them.
         static AFTER_FIRST_INIT: std::sync::Once = std::sync::Once::new();

@@ -43,7 +43,17 @@
 //! when stream is capturing"; `gpu_multi::captured_all_reduce_two_devices`). The crate does not
 //! set the variables itself (changing the environment while other threads read it with C `getenv`
 //! is a data race): set them in the environment the process starts with, or at the top of `main`
-//! before any thread starts.
+//! before any thread starts. `NCCL_GRAPH_MIXING_SUPPORT`, if set, must be `1` (NCCL's default):
+//! with it off NCCL no longer orders a replayed captured collective and an eager one of the same
+//! communicator, which this crate orders only through their buffers ([`MIXING_VAR`]).
+//!
+//! **Two groups over the same devices** are not ordered with each other: two threads that drive
+//! them in opposite orders (group 1 then group 2 on device 0's stream, group 2 then group 1 on
+//! device 1's) make the GPUs wait for each other for ever, as raw NCCL does. Drive every group
+//! in one order, or keep one group per set of devices. **`Device::synchronize`** (and other
+//! device-wide calls) hold the process's capture gate while they wait: a thread that synchronises
+//! a device while its peer rank's collective is yet to be captured on another thread waits for
+//! ever (raw CUDA would not). Synchronise streams, not devices, around collectives.
 //!
 //! **Lifetime.** The communicators of one [`Communicator::init_all`] are destroyed together, once
 //! every [`Communicator`] handle and every graph holding one of them is gone:
@@ -119,6 +129,10 @@ fn load_once() -> Result<()> {
 /// The environment variables the module docs require, each set to `0`.
 pub const POLICY_VARS: [&str; 3] = ["NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER", "NCCL_RUNTIME_CONNECT"];
 
+/// NCCL's ordering of captured and eager collectives of one communicator, which must stay on:
+/// unset or `1` (the module docs).
+pub const MIXING_VAR: &str = "NCCL_GRAPH_MIXING_SUPPORT";
+
 /// Checks the policy of the module docs: [`POLICY_VARS`] must be `0` in the environment. This
 /// crate does not set them itself: changing the environment while other threads read it (the
 /// driver, NVRTC and NCCL call C `getenv`) is a data race, so the process must set them before it
@@ -139,7 +153,17 @@ fn policy(get: impl Fn(&str) -> Option<String>) -> Result<()> {
             }
         }
     }
-    Ok(())
+    // Found by review: with graph mixing off, NCCL does not order a replayed captured collective
+    // and an eager one of the same communicator; this crate orders them only through their
+    // buffers, so two with distinct buffers could run at once (wrong data or a hang). NCCL's
+    // default (on) is required.
+    match get(MIXING_VAR) {
+        None => Ok(()),
+        Some(v) if v.trim() == "1" => Ok(()),
+        v => Err(Error::InvalidArgument(format!(
+            "{MIXING_VAR} is {v:?}: leave it unset or 1 (NCCL then orders captured and eager collectives of one communicator)"
+        ))),
+    }
 }
 
 fn raw_version() -> Result<(u32, u32, u32)> {
@@ -178,6 +202,14 @@ mod tests {
     fn policy_needs_every_variable_at_zero() {
         let all = |var: &str| POLICY_VARS.contains(&var).then(|| "0".to_string());
         assert!(policy(all).is_ok());
+        let mixing = |on: &'static str| {
+            move |var: &str| match var {
+                MIXING_VAR => Some(on.to_string()),
+                v => POLICY_VARS.contains(&v).then(|| "0".to_string()),
+            }
+        };
+        assert!(policy(mixing("1")).is_ok());
+        assert!(policy(mixing("0")).unwrap_err().to_string().contains(MIXING_VAR));
         for missing in POLICY_VARS {
             let without = |var: &str| (var != missing).then(|| "0".to_string());
             let e = policy(without).unwrap_err().to_string();

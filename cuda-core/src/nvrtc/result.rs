@@ -95,8 +95,11 @@ pub(super) enum Compiled {
 /// `prog` must be live; every pointer of `options` must point to a NUL-terminated string that
 /// lives across the call.
 pub(super) unsafe fn compile_program(prog: sys::nvrtcProgram, options: &[*const c_char]) -> Result<Compiled> {
-    // SAFETY: the caller's contract.
-    let res = unsafe { sys::nvrtcCompileProgram(prog, options.len() as i32, options.as_ptr()) };
+    // More options than an `int` counts would be truncated (and the rest silently dropped).
+    let n = i32::try_from(options.len())
+        .map_err(|_| Error::InvalidArgument(format!("{} NVRTC options", options.len())))?;
+    // SAFETY: the caller's contract; `n` is the length of `options`.
+    let res = unsafe { sys::nvrtcCompileProgram(prog, n, options.as_ptr()) };
     if res == sys::nvrtcResult::NVRTC_ERROR_COMPILATION {
         return Ok(Compiled::CompileError);
     }

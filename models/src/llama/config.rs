@@ -355,9 +355,32 @@ impl LlamaConfig {
     }
 }
 
+/// An empty vector with room for one item per layer, or [`cuda_core::Error::InvalidArgument`]
+/// where the host cannot hold that many (`Vec::with_capacity` aborted the process instead: found
+/// by review, `DeviceWeights::random` with `layers: 1 << 52` and tiny layers, a configuration
+/// `validate` accepts).
+pub(crate) fn per_layer<T>(layers: usize) -> cuda_core::Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(layers).map_err(|_| {
+        cuda_core::Error::InvalidArgument(format!(
+            "{layers} layers: the host cannot hold one entry per layer"
+        ))
+    })?;
+    Ok(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One entry per layer for more layers than the host can hold is an error, not an abort.
+    #[test]
+    fn per_layer_room_the_host_lacks_is_an_error() {
+        let e = per_layer::<[u8; 144]>(1 << 52).unwrap_err();
+        assert!(matches!(e, cuda_core::Error::InvalidArgument(_)), "{e}");
+        assert!(per_layer::<[u8; 144]>(usize::MAX).is_err());
+        assert!(per_layer::<u64>(16).unwrap().capacity() >= 16);
+    }
 
     #[test]
     fn rotary_settings_that_give_non_finite_frequencies_are_refused() {

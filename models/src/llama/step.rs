@@ -39,8 +39,8 @@ impl KvCache {
                     "a KV cache of {slots} x {max_seq} positions is too large"
                 ))
             })?;
-        let mut k = Vec::with_capacity(cfg.layers);
-        let mut v = Vec::with_capacity(cfg.layers);
+        let mut k = super::config::per_layer(cfg.layers)?;
+        let mut v = super::config::per_layer(cfg.layers)?;
         for _ in 0..cfg.layers {
             k.push(DeviceBuffer::zeros(stream, len)?);
             v.push(DeviceBuffer::zeros(stream, len)?);

@@ -357,7 +357,7 @@ impl DeviceWeights {
         let c = config;
         let h = c.hidden;
         let embed = randn(c.vocab * h)?;
-        let mut layers = Vec::with_capacity(c.layers);
+        let mut layers = super::config::per_layer(c.layers)?;
         for _ in 0..c.layers {
             layers.push(Layer {
                 attn_norm: DeviceBuffer::filled(stream, h, bf16::ONE)?,

@@ -17,8 +17,10 @@ use std::mem::size_of;
 ///
 /// Asynchronous copies to or from it return before the transfer is done. To keep that safe, the
 /// buffer remembers the last transfer (an event); every host access ([`PinnedBuffer::as_slice`],
-/// [`PinnedBuffer::as_mut_slice`]) and the drop first wait for it. Safe code can therefore never
-/// see a half-written buffer, write into memory a copy is still reading, or free it early.
+/// [`PinnedBuffer::as_mut_slice`]) first waits for it, and the drop of a buffer with a transfer
+/// hands the free to a library thread (the reaper), after the transfer, so that a drop never
+/// blocks. Safe code can therefore never see a half-written buffer, write into memory a copy is
+/// still reading, or free it early.
 ///
 /// ```no_run
 /// # fn main() -> cuda_core::Result<()> {
@@ -64,8 +66,9 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
     /// stream capture open (the driver forbids a capturing thread page-locked allocation: it would
     /// fail and invalidate the capture); driver errors (e.g. out of page-locked memory).
     ///
-    /// A buffer dropped on a thread that has a capture open is freed later, on a library thread,
-    /// after its pending transfer, for the same reason.
+    /// A buffer dropped on a thread that has a capture open, or with a transfer recorded, is freed
+    /// later, on a library thread, after its pending transfer (if that thread cannot be started,
+    /// the memory is leaked, never freed early).
     pub fn new(device: &Device, len: usize, value: T) -> Result<Self> {
         let bytes = len
             .checked_mul(size_of::<T>())
@@ -251,12 +254,13 @@ impl<T: DeviceRepr> Drop for PinnedBuffer<T> {
             owner.free_on_reaper(self.pending.take());
             return;
         }
-        // A transfer still in flight: the free goes to the reaper thread, after it, rather than
-        // waiting here (found by review: a future cancelled by a timeout dropped its buffer on
-        // the executor thread, which then waited out the rest of the stream's queued work, so
-        // the timeout bounded nothing). A query that fails (a faulted copy, a record in a
-        // capture) takes the path below, which leaks rather than frees early.
-        if self.pending.as_ref().is_some_and(|ev| matches!(ev.query(), Ok(false))) {
+        // A transfer recorded: the free goes to the reaper thread, after it, rather than waiting
+        // here (found by review: a future cancelled by a timeout dropped its buffer on the
+        // executor thread, which then waited out the rest of the stream's queued work, so the
+        // timeout bounded nothing; and `cuMemFreeHost` itself may synchronise). An event whose
+        // query already fails (a faulted copy, a record in a capture) takes the path below, which
+        // leaks rather than frees.
+        if self.pending.as_ref().is_some_and(|ev| ev.query().is_ok()) {
             // SAFETY: as above.
             let owner = unsafe { HostAlloc::from_raw(self.ptr.cast(), self.device, FREEING) };
             owner.free_on_reaper(self.pending.take());

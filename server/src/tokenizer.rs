@@ -164,7 +164,8 @@ impl TextTokenizer {
     /// `eos_token_id` (a number or a list) when present.
     ///
     /// # Errors
-    /// [`TokenizerError::Io`] for a missing file; as [`TextTokenizer::from_json`].
+    /// [`TokenizerError::Io`] for a missing file; [`TokenizerError::Load`] for an `eos_token_id`
+    /// that is not an integer in `u32`; as [`TextTokenizer::from_json`].
     pub fn from_dir(dir: &Path) -> Result<TextTokenizer, TokenizerError> {
         let read = |name: &str| {
             let p = dir.join(name);
@@ -177,13 +178,11 @@ impl TextTokenizer {
                 serde_json::from_str(&text).map_err(|e| TokenizerError::Load(format!("config.json: {e}")))?;
             // An id past u32 is refused, not truncated (found by review: `x as u32` made
             // 4294967298 the id 2, and every stream then ended at token 2).
+            // Anything but an integer in u32 (negative, fractional, past u32, not a number) too.
             let id = |x: &Value| -> Result<Option<u32>, TokenizerError> {
-                match x.as_u64() {
-                    None => Ok(None),
-                    Some(x) => u32::try_from(x).map(Some).map_err(|_| {
-                        TokenizerError::Load(format!("config.json: eos_token_id {x} is not a token id"))
-                    }),
-                }
+                x.as_u64().and_then(|x| u32::try_from(x).ok()).map(Some).ok_or_else(|| {
+                    TokenizerError::Load(format!("config.json: eos_token_id {x} is not a token id"))
+                })
             };
             match v.get("eos_token_id") {
                 Some(n @ Value::Number(_)) => eos.extend(id(n)?),
@@ -290,12 +289,14 @@ mod tests {
         for (config, want) in [
             (r#"{"eos_token_id": 4294967298}"#, None),
             (r#"{"eos_token_id": [1, 4294967298]}"#, None),
+            (r#"{"eos_token_id": -1}"#, None),
+            (r#"{"eos_token_id": [2, "x"]}"#, None),
             (r#"{"eos_token_id": 2}"#, Some(vec![2])),
             (r#"{"eos_token_id": [2, 3]}"#, Some(vec![2, 3])),
         ] {
             std::fs::write(dir.join("config.json"), config).unwrap();
             match (TextTokenizer::from_dir(&dir), want) {
-                (Err(TokenizerError::Load(e)), None) => assert!(e.contains("4294967298"), "{e}"),
+                (Err(TokenizerError::Load(e)), None) => assert!(e.contains("not a token id"), "{e}"),
                 (Ok(t), Some(ids)) => {
                     assert!(ids.iter().all(|i| t.eos_ids().contains(i)), "{config}: {:?}", t.eos_ids())
                 }

@@ -271,7 +271,15 @@ fn cancelled_copy_out_does_not_block_the_executor() -> TestResult {
     let d = dev()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
     let s = Stream::new(&d)?;
-    let n = 1 << 22;
+    let n = 1 << 20;
+    // Warm up first (the kernels' compilation, the engine, the pools, a first page-locked
+    // buffer), so that only the cancellation is timed (found by review: a cold first poll alone
+    // could pass the bound, and take as long as the spin, hiding the mutation).
+    rt.block_on(async {
+        let w =
+            zeros::<f32>(n).then(|b| SpinWrite { buf: b, ns: 1_000, v: 1.0 }).then(to_host).on(&s).await?;
+        ensure(w.as_slice()?.iter().all(|&v| v == 1.0), "warm-up")
+    })?;
     let t = Instant::now();
     rt.block_on(async {
         let op = zeros::<f32>(n).then(|b| SpinWrite { buf: b, ns: 150_000_000, v: 1.0 }).then(to_host);

@@ -515,6 +515,9 @@ fn main() {
             std::env::set_var(var, "0");
         }
     }
+    if std::env::var_os(cuda_core::nccl::MIXING_VAR).is_none() {
+        std::env::set_var(cuda_core::nccl::MIXING_VAR, "1");
+    }
     let mut s = Suite::new();
     s.gpu("device_enumeration", device_enumeration)
         .gpu("peer_copy_one_device", peer_copy_one_device)

@@ -80,7 +80,7 @@ impl Communicator {
     /// [`super::MIN_NCCL_VERSION`] or when NCCL fails to create the communicators;
     /// [`Error::InvalidArgument`] for an empty list, a device listed twice, or one of
     /// [`super::POLICY_VARS`] (`NCCL_NVLS_ENABLE`, `NCCL_GRAPH_REGISTER`, `NCCL_RUNTIME_CONNECT`)
-    /// not set to `0` in the environment, or `NCCL_GRAPH_MIXING_SUPPORT` set to anything but `1`
+    /// not set to `0` in the environment, or `NCCL_GRAPH_MIXING_SUPPORT` not set to `1`
     /// (see the module docs); [`Error::Capture`] while a stream capture is open in the process.
     pub fn init_all(devices: &[Device]) -> Result<Vec<Communicator>> {
         if devices.is_empty() {

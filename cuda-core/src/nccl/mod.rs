@@ -43,8 +43,8 @@
 //! when stream is capturing"; `gpu_multi::captured_all_reduce_two_devices`). The crate does not
 //! set the variables itself (changing the environment while other threads read it with C `getenv`
 //! is a data race): set them in the environment the process starts with, or at the top of `main`
-//! before any thread starts. `NCCL_GRAPH_MIXING_SUPPORT`, if set, must be `1` (NCCL's default):
-//! with it off NCCL no longer orders a replayed captured collective and an eager one of the same
+//! before any thread starts. `NCCL_GRAPH_MIXING_SUPPORT` must be set to `1` (NCCL's default, set
+//! explicitly so that an NCCL configuration file cannot turn it off): with it off NCCL no longer orders a replayed captured collective and an eager one of the same
 //! communicator, which this crate orders only through their buffers ([`MIXING_VAR`]).
 //!
 //! **Two groups over the same devices** are not ordered with each other: two threads that drive
@@ -129,8 +129,9 @@ fn load_once() -> Result<()> {
 /// The environment variables the module docs require, each set to `0`.
 pub const POLICY_VARS: [&str; 3] = ["NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER", "NCCL_RUNTIME_CONNECT"];
 
-/// NCCL's ordering of captured and eager collectives of one communicator, which must stay on:
-/// unset or `1` (the module docs).
+/// NCCL's ordering of captured and eager collectives of one communicator, which must be set to
+/// `1` (NCCL's default, set explicitly so that no NCCL configuration file can turn it off: the
+/// module docs).
 pub const MIXING_VAR: &str = "NCCL_GRAPH_MIXING_SUPPORT";
 
 /// Checks the policy of the module docs: [`POLICY_VARS`] must be `0` in the environment. This
@@ -157,11 +158,12 @@ fn policy(get: impl Fn(&str) -> Option<String>) -> Result<()> {
     // and an eager one of the same communicator; this crate orders them only through their
     // buffers, so two with distinct buffers could run at once (wrong data or a hang). NCCL's
     // default (on) is required.
+    // Set explicitly: NCCL sets variables absent from the environment from its configuration
+    // files (`~/.nccl.conf`, `/etc/nccl.conf`), which could turn it off behind this check.
     match get(MIXING_VAR) {
-        None => Ok(()),
         Some(v) if v.trim() == "1" => Ok(()),
         v => Err(Error::InvalidArgument(format!(
-            "{MIXING_VAR} is {v:?}: leave it unset or 1 (NCCL then orders captured and eager collectives of one communicator)"
+            "{MIXING_VAR} is {v:?}: set {MIXING_VAR}=1 in the environment before starting threads (NCCL then orders captured and eager collectives of one communicator)"
         ))),
     }
 }
@@ -200,8 +202,13 @@ mod tests {
 
     #[test]
     fn policy_needs_every_variable_at_zero() {
-        let all = |var: &str| POLICY_VARS.contains(&var).then(|| "0".to_string());
+        let all = |var: &str| match var {
+            MIXING_VAR => Some("1".to_string()),
+            v => POLICY_VARS.contains(&v).then(|| "0".to_string()),
+        };
         assert!(policy(all).is_ok());
+        let no_mixing = |var: &str| POLICY_VARS.contains(&var).then(|| "0".to_string());
+        assert!(policy(no_mixing).unwrap_err().to_string().contains(MIXING_VAR));
         let mixing = |on: &'static str| {
             move |var: &str| match var {
                 MIXING_VAR => Some(on.to_string()),
@@ -211,10 +218,14 @@ mod tests {
         assert!(policy(mixing("1")).is_ok());
         assert!(policy(mixing("0")).unwrap_err().to_string().contains(MIXING_VAR));
         for missing in POLICY_VARS {
-            let without = |var: &str| (var != missing).then(|| "0".to_string());
+            let without = |var: &str| match var {
+                MIXING_VAR => Some("1".to_string()),
+                v => (v != missing).then(|| "0".to_string()),
+            };
             let e = policy(without).unwrap_err().to_string();
             assert!(e.contains(missing), "{e}");
-            let one = |var: &str| Some(if var == missing { "1" } else { "0" }.to_string());
+            let one =
+                |var: &str| Some(if var == missing || var == MIXING_VAR { "1" } else { "0" }.to_string());
             assert!(policy(one).is_err());
         }
     }

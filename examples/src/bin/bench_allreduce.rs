@@ -133,6 +133,9 @@ fn main() -> Result<()> {
             std::env::set_var(var, "0");
         }
     }
+    if std::env::var_os(cuda_core::nccl::MIXING_VAR).is_none() {
+        std::env::set_var(cuda_core::nccl::MIXING_VAR, "1");
+    }
     let args = Args::parse();
     let (_, mut run) = bench::start("bench-allreduce", &args, &args.common, false)?;
     let all = Device::all()?;

@@ -297,6 +297,42 @@ fn cancelled_copy_out_does_not_block_the_executor() -> TestResult {
     ensure(b.as_slice()? == &[3.0f32; 100][..], "after the cancelled copy")
 }
 
+/// Found by review: a page-locked buffer's next transfer waited on the host for its previous one,
+/// so the pass after a cancelled one (whose copy-out sat behind its whole replay) blocked its
+/// executor thread for about a pass. The next copy is now queued behind the previous one on the
+/// GPU: queueing returns at once, and the copies land in order (the second one's values stay).
+/// Mutations: `pinned-transfer-host-wait` (the host wait back: too slow) and
+/// `pinned-transfer-no-wait` (no wait at all: the first copy lands last). Not yet run on a GPU.
+fn a_transfer_queues_behind_the_previous_one_on_the_gpu() -> TestResult {
+    let d = dev()?;
+    let (a, b) = (Stream::new(&d)?, Stream::new(&d)?);
+    let n = 1 << 20;
+    let mut x = DeviceBuffer::<f32>::filled(&a, n, 0.0)?;
+    let y = DeviceBuffer::<f32>::filled(&b, n, 2.0)?;
+    let mut host = cuda_core::PinnedBuffer::new(&d, n, 0f32)?;
+    // Warm-up: the kernels, a copy on each stream.
+    // SAFETY: `x` is read only through the ordered copy below.
+    unsafe { SpinWrite { buf: &mut x, ns: 1_000, v: 0.5 }.async_on(&a)? };
+    host.copy_from_device_async(&a, &x)?;
+    host.copy_from_device_async(&b, &y)?;
+    ensure(host.as_slice()?.iter().all(|&v| v == 2.0), "warm-up")?;
+    // SAFETY: `x` is not read on the host while the spin writes it.
+    unsafe { SpinWrite { buf: &mut x, ns: 150_000_000, v: 1.0 }.async_on(&a)? };
+    host.copy_from_device_async(&a, &x)?; // lands in about 150 ms: 1.0
+    let t = Instant::now();
+    host.copy_from_device_async(&b, &y)?; // must land after it: 2.0
+    let took = t.elapsed();
+    ensure(
+        took < Duration::from_millis(75),
+        format!("queueing the second copy took {took:?}: it waited on the host"),
+    )?;
+    // Both copies done (the first one's stream too), then the contents: the second copy's.
+    a.synchronize()?;
+    b.synchronize()?;
+    let got = host.as_slice()?;
+    ensure(got.iter().all(|&v| v == 2.0), format!("the first copy landed after the second: {}", got[0]))
+}
+
 /// Several `AddScalar` launches queued by one op (so one await covers several kernels).
 struct AddMany<'a> {
     buf: &'a mut DeviceBuffer<f32>,
@@ -438,6 +474,10 @@ fn main() {
         .gpu("tokio_current_thread_ticker", tokio_current_thread_ticker)
         .gpu("cancellation_is_safe", cancellation_is_safe)
         .gpu("cancelled_copy_out_does_not_block_the_executor", cancelled_copy_out_does_not_block_the_executor)
+        .gpu(
+            "a_transfer_queues_behind_the_previous_one_on_the_gpu",
+            a_transfer_queues_behind_the_previous_one_on_the_gpu,
+        )
         .gpu("many_tasks_many_ops", many_tasks_many_ops)
         .gpu("round_robin_streams", round_robin_streams)
         .gpu("default_device_and_policy", default_device_and_policy)

@@ -145,8 +145,9 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
     ///
     /// # Errors
     /// [`Error::LengthMismatch`]; [`Error::DeviceMismatch`] for a device buffer of another device
-    /// than the stream's; [`Error::Capture`] on a capturing stream; errors of the previous
-    /// transfer; driver errors.
+    /// than the stream's; [`Error::Capture`] on a capturing stream; driver errors. The copy is
+    /// queued behind the previous transfer of this buffer (on the GPU; on the host for a transfer
+    /// on another device, whose errors are then returned here).
     pub fn copy_to_device_async(&mut self, stream: &Stream, dst: &mut DeviceBuffer<T>) -> Result<()> {
         const DURING: &str = "async copy pinned host to device";
         let (d, bytes) = (dst.device_ptr(), dst.size_bytes());
@@ -172,7 +173,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         })
     }
 
-    /// The shared part of both directions: checks, waits for the previous transfer, queues `copy`
+    /// The shared part of both directions: checks, orders after the previous transfer, queues `copy`
     /// (which describes itself as `during` in its errors) ordered with `dev`'s other uses, and
     /// records the pending event — also when a join after the copy failed, so the host never
     /// touches memory a queued copy may still use.
@@ -201,14 +202,25 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         if self.len == 0 || size_of::<T>() == 0 {
             return Ok(());
         }
-        // A previous transfer may still use `self`; the stream order only covers `stream`.
-        self.wait()?;
+        // A previous transfer may still use `self`; the stream order only covers `stream`. The new
+        // copy waits for it on the GPU, behind the stream's queued work (found by review: a host
+        // wait here made the next pass after a cancelled one block its executor thread for about
+        // one pass). Host accesses and the drop wait for the new transfer, which comes after it.
+        // An event of another device is waited for on the host.
+        let prev = self.pending.as_ref();
+        let gpu_wait = prev.is_some_and(|ev| ev.device() == stream.device());
+        if !gpu_wait {
+            self.wait()?;
+        }
         stream.device().bind()?;
         let host = self.ptr.cast();
         let refuse = InCapture::Refuse("an async copy with pinned host memory on a stream being captured");
         let ev = Event::pooled(stream.device())?;
         let mut tracked = false;
         let queued = ordered_with(stream, &[(dev.allocation(), access)], refuse, || {
+            if let Some(prev) = prev.filter(|_| gpu_wait) {
+                stream.wait_unchecked(prev)?;
+            }
             copy(host, stream.raw())?;
             // Recorded under the stream's lock, right behind the copy: the host waits for it before
             // touching `self`. Without it, wait for the copy here.

@@ -212,7 +212,9 @@ fn ttft(s: &mut String, gf: Option<&Value>, ours: Option<&serde_json::Map<String
 /// The `decode-goals` view: the flagship issue's goals (Llama-3.2-1B shape, H100) against one
 /// `bench-decode` run — ms per step at batch 1, 16 and 64, time to first token of a 512-token
 /// prompt, the awaited step against the blocking one on both runtimes, and the awaiting thread's
-/// CPU share. A figure the file lacks renders "not run".
+/// CPU share. A figure the file lacks renders "not run". On an H200 (the run's `gpu` names one)
+/// batch 1 is held to the issue's H200 goal, 0.74 ms; the issue gives the batched goals for the
+/// H100 only, and they are labelled so.
 pub(super) fn goals_table(j: &Value, file: &str) -> Result<String> {
     let rows = j.get("rows").and_then(Value::as_array).context("no `rows` array")?;
     let step = |b: u64| {
@@ -226,11 +228,21 @@ pub(super) fn goals_table(j: &Value, file: &str) -> Result<String> {
         let (g, m) = got.map_or(("—".into(), "not run".into()), |(g, ok)| (g, met(ok)));
         out.push(vec![goal.into(), g, m]);
     };
-    for (b, limit, goal) in [
-        (1, 0.95, "batch 1 ≤ 0.95 ms per token"),
-        (16, 1.10, "batch 16 ≤ 1.10 ms per step"),
-        (64, 1.50, "batch 64 ≤ 1.50 ms per step (≥ 42,000 tokens/s)"),
-    ] {
+    let h200 = j.get("gpu").and_then(Value::as_str).is_some_and(|g| g.contains("H200"));
+    let goals = if h200 {
+        [
+            (1, 0.74, "batch 1 ≤ 0.74 ms per token (the H200 goal)"),
+            (16, 1.10, "batch 16 ≤ 1.10 ms per step (the H100 goal)"),
+            (64, 1.50, "batch 64 ≤ 1.50 ms per step (the H100 goal: ≥ 42,000 tokens/s)"),
+        ]
+    } else {
+        [
+            (1, 0.95, "batch 1 ≤ 0.95 ms per token"),
+            (16, 1.10, "batch 16 ≤ 1.10 ms per step"),
+            (64, 1.50, "batch 64 ≤ 1.50 ms per step (≥ 42,000 tokens/s)"),
+        ]
+    };
+    for (b, limit, goal) in goals {
         push(goal, step(b).map(|v| (format!("{v:.3} ms ({:.0} tokens/s)", b as f64 * 1e3 / v), v <= limit)));
     }
     let torch_512 = num(j.pointer("/gpt_fast/ttft/compile/512"))
@@ -346,6 +358,21 @@ mod tests {
         let s = decode_table(&j, "x.json").unwrap();
         assert!(s.contains("this project (prefill graphs), ms to first token"), "{s}");
         assert!(s.contains("| 128 | 1.500 | 5.000 | 2.000 |\n| 2048 | 9.250 | — | — |"), "{s}");
+    }
+
+    /// On an H200 batch 1 is held to 0.74 ms: 0.9 ms meets the H100 goal but not this one.
+    #[test]
+    fn an_h200_run_is_held_to_the_h200_goal() {
+        let j = json!({"gpu": "NVIDIA H200", "rows": [{"batch": 1, "graph_ms": 0.9}, {"batch": 16, "graph_ms": 1.0}]});
+        let s = goals_table(&j, "f.json").unwrap();
+        assert!(
+            s.contains("| batch 1 ≤ 0.74 ms per token (the H200 goal) | 0.900 ms (1111 tokens/s) | **no** |"),
+            "{s}"
+        );
+        assert!(
+            s.contains("| batch 16 ≤ 1.10 ms per step (the H100 goal) | 1.000 ms (16000 tokens/s) | yes |"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -14,6 +14,9 @@
 #   3: the library with the two fixes that calls 1 and 2 led to: the fixed tests and their
 #      mutations, every test executable, the two-GPU tests, memcheck and racecheck of the suites
 #      the fixes touched, then memcheck of the quick suites until the deadline.
+#   6 (for the next session, first): as 3, with the seventh round's GPU tests and mutations
+#      (pinned-drop-waits, pinned-transfer-host-wait, pinned-transfer-no-wait: each must fail);
+#      the bundle and muts.tar.xz rebuilt first.
 #   4, 5 (for the next session, four GPUs): what call 3 left of the sanitizer pass on the final
 #      library (docs/results/gpu-runs-2026-11-28g.md, "What this leaves"). 4: memcheck of every
 #      gpu_llama / gpu_server test, of gpu_prefill and gpu_sampling per test, gpu_completion,
@@ -94,17 +97,26 @@ elif [ "$1" = 4 ] || [ "$1" = 5 ]; then
     lane 0 1 racecheck $L/b0 & P0=$!; lane 1 1 racecheck $L/b1 & P1=$!; lane 2 2 racecheck $L/b2 & P2=$!; lane 3 4 racecheck $L/b3 & P3=$!
   fi
   for p in $P0 $P1 $P2 $P3; do while kill -0 $p 2>/dev/null && [ $(date +%s) -lt $((END+5)) ]; do sleep 2; done; done
-elif [ "$1" = 3 ]; then
-  # The final library (the two fixes): the fixed tests and their mutations, every test executable,
+elif [ "$1" = 3 ] || [ "$1" = 6 ]; then
+  # 3: the library with the two fixes; 6 (next session): the seventh round's library. Then: the fixed tests and their mutations, every test executable,
   # the two-GPU tests, memcheck and racecheck of the suites the fixes touched.
   (refs 1) > $L/refs.out 2>&1 & RF=$!
   m() { timeout -k 5 ${4:-60} env $3 $1 --test-threads=1 $2 --exact > $L/$5.log 2>&1; echo "$5 exit $?: $(grep -E '^test result|FAILED: ' $L/$5.log | head -2 | tr '\n' ' ' | cut -c1-300)"; }
-  m "$(t gpu_multi)" captured_all_reduce_two_devices "CUDA_VISIBLE_DEVICES=0,1 CUDA_ASYNC_REQUIRE_GPU=2" 60 fixed-captured-all-reduce
-  m .gpu-tar/muts/runtime-connect-on captured_all_reduce_two_devices "CUDA_VISIBLE_DEVICES=0,1 CUDA_ASYNC_REQUIRE_GPU=2" 60 "mutation-runtime-connect-on(must-fail)"
-  m "$(t gpu_interop)" refused_slice_is_not_freed_into_cudarcs_capture CUDA_VISIBLE_DEVICES=0 30 fixed-refused-slice
-  m .gpu-tar/muts/drop-leak-uncounted refused_slice_is_not_freed_into_cudarcs_capture CUDA_VISIBLE_DEVICES=0 30 "mutation-drop-leak-uncounted(must-fail)"
-  m .gpu-tar/muts/refused-slice-freed-in-capture refused_slice_is_not_freed_into_cudarcs_capture CUDA_VISIBLE_DEVICES=0 30 "mutation-refused-slice-freed-in-capture(must-fail)"
-  m .gpu-tar/muts/pinned-new-in-capture page_locked_memory_on_a_capturing_thread CUDA_VISIBLE_DEVICES=0 30 "mutation-pinned-new-in-capture(must-fail)"
+  if [ "$1" = 3 ]; then
+    m "$(t gpu_multi)" captured_all_reduce_two_devices "CUDA_VISIBLE_DEVICES=0,1 CUDA_ASYNC_REQUIRE_GPU=2" 60 fixed-captured-all-reduce
+    m .gpu-tar/muts/runtime-connect-on captured_all_reduce_two_devices "CUDA_VISIBLE_DEVICES=0,1 CUDA_ASYNC_REQUIRE_GPU=2" 60 "mutation-runtime-connect-on(must-fail)"
+    m "$(t gpu_interop)" refused_slice_is_not_freed_into_cudarcs_capture CUDA_VISIBLE_DEVICES=0 30 fixed-refused-slice
+    m .gpu-tar/muts/drop-leak-uncounted refused_slice_is_not_freed_into_cudarcs_capture CUDA_VISIBLE_DEVICES=0 30 "mutation-drop-leak-uncounted(must-fail)"
+    m .gpu-tar/muts/refused-slice-freed-in-capture refused_slice_is_not_freed_into_cudarcs_capture CUDA_VISIBLE_DEVICES=0 30 "mutation-refused-slice-freed-in-capture(must-fail)"
+    m .gpu-tar/muts/pinned-new-in-capture page_locked_memory_on_a_capturing_thread CUDA_VISIBLE_DEVICES=0 30 "mutation-pinned-new-in-capture(must-fail)"
+  else # the seventh round's GPU tests and mutations (each must fail), and the NCCL fix again
+    m "$(t gpu_async)" cancelled_copy_out_does_not_block_the_executor CUDA_VISIBLE_DEVICES=0 60 new-cancelled-copy-out
+    m .gpu-tar/muts/pinned-drop-waits cancelled_copy_out_does_not_block_the_executor CUDA_VISIBLE_DEVICES=0 60 "mutation-pinned-drop-waits(must-fail)"
+    m "$(t gpu_async)" a_transfer_queues_behind_the_previous_one_on_the_gpu CUDA_VISIBLE_DEVICES=0 60 new-transfer-behind-previous
+    m .gpu-tar/muts/pinned-transfer-host-wait a_transfer_queues_behind_the_previous_one_on_the_gpu CUDA_VISIBLE_DEVICES=0 60 "mutation-pinned-transfer-host-wait(must-fail)"
+    m .gpu-tar/muts/pinned-transfer-no-wait a_transfer_queues_behind_the_previous_one_on_the_gpu CUDA_VISIBLE_DEVICES=0 60 "mutation-pinned-transfer-no-wait(must-fail)"
+    m "$(t gpu_multi)" captured_all_reduce_two_devices "CUDA_VISIBLE_DEVICES=0,1 CUDA_ASYNC_REQUIRE_GPU=2" 60 captured-all-reduce
+  fi
   echo "fixes and mutations done at $((SECONDS-T0)) s"; wait $RF; cat $L/refs.out
   printf '%s\n' "gpu_interop ALL" "gpu_multi ALL" > $L/j1m; printf '%s\n' "gpu_interop ALL" "gpu_multi ALL" > $L/j1r
   (lane 1 2 memcheck $L/j1m; lane 1 2 racecheck $L/j1r; mkdir -p $L/r-two; CUDA_VISIBLE_DEVICES=0,1 CUDA_ASYNC_REQUIRE_GPU=2 bash scripts/gpu-calls/san-job.sh memcheck gpu_multi ALL $((END-8)) $L/r-two > $L/lane-01-memcheck-two.out 2>&1

@@ -218,9 +218,18 @@ impl KernelCache {
 /// compilation uncached, which costs a compile, never a wrong binary. Angle-bracket includes
 /// without an include path resolve to NVRTC's built-in headers, which the key's NVRTC version
 /// covers (an absolute or `..` path in one is not allowed for that).
+///
+/// Options are judged as bluntly (a third review: NVRTC trims an option's leading white space, so
+/// `" --pre-include=h.h"` read a file past a prefix check): any option that starts with `-I` once
+/// trimmed, or mentions `include` or `pch` in any case, makes the compilation uncached. So does a
+/// `??/` anywhere in the source (a trigraph line splice, honoured before C++17: `#inc??/` then
+/// `lude "h.h"` read a file with `-std=c++14`).
 fn reads_files(source: &str, options: &[String]) -> bool {
-    let reads = ["-I", "--include-path", "--pre-include", "-include"];
-    if options.iter().any(|o| reads.iter().any(|r| o.starts_with(r))) {
+    let reads = |o: &String| {
+        let low = o.trim().to_ascii_lowercase();
+        low.starts_with("-i") || low.contains("include") || low.contains("pch")
+    };
+    if options.iter().any(reads) || source.contains("??/") {
         return true;
     }
     let spliced = source.replace("\\\r\n", "").replace("\\\n", "");
@@ -425,6 +434,14 @@ mod tests {
         assert!(reads_files("", &o(&["-I/inc"])));
         assert!(reads_files("", &o(&["--include-path=/inc"])));
         assert!(reads_files("", &o(&["--pre-include=a.h"])));
+        // The third review's forms: leading white space, a separate `-include` pair, an include
+        // path that overrides a built-in header, a trigraph splice, a precompiled header.
+        assert!(reads_files("", &o(&[" --pre-include=h.h"])));
+        assert!(reads_files("", &o(&["\t-include=h.h"])));
+        assert!(reads_files("", &o(&[" -include", "h.h"])));
+        assert!(reads_files("#include <cuda_fp16.h>\n", &o(&[" -I./d"])));
+        assert!(reads_files("", &o(&["--pch"])));
+        assert!(reads_files("#inc??/\nlude \"h.h\"\n", &o(&["-std=c++14"])));
         assert!(reads_files("#include \"shape.h\"\n", &[]));
         assert!(reads_files("  #  include   \"shape.h\"\n", &[]));
         assert!(!reads_files("#include <cuda_fp16.h>\n", &o(&["-DN=4", "--use_fast_math"])));

@@ -205,6 +205,34 @@ fn exec_update_success_and_refusal() -> TestResult {
     assert_close(&y.to_vec()?, &xh.iter().map(|&v| -3.0 * v as f64).collect::<Vec<_>>(), 1e-6)
 }
 
+/// Found by review: the builder ordered nodes by the buffers they touch only, so an IF node whose
+/// set-conditional node was not among its dependencies was a root of the graph and read its
+/// handle (still false) before the set ran: the body was skipped. A conditional handle is now
+/// tracked as a buffer is (the set-conditional node writes it, the conditional node reads it), and
+/// the IF comes after the set. Mutation: `handle-untracked` (the handle's use left out). Not yet
+/// run on a GPU.
+fn set_conditional_orders_before_its_if() -> TestResult {
+    let (d, s) = setup()?;
+    for round in 0..5 {
+        let one = DeviceBuffer::<u32>::from_host(&s, &[1])?;
+        let mut x = DeviceBuffer::<u32>::zeros(&s, 1 << 16)?;
+        s.synchronize()?;
+        let mut g = Graph::new(&d)?;
+        {
+            let mut b = g.builder();
+            let c = b.conditional(Some(false))?;
+            b.add_set_conditional(&c, &one, &[])?; // no explicit dependency on purpose
+            b.add_if::<cuda_core::Error>(&c, &[], |body| body.add_memset(&mut x, 7u32, &[]).map(drop))?;
+        }
+        CudaGraph::from_graph(&s, g, CaptureOptions::default())?.launch().sync_on(&s)?;
+        ensure(
+            x.to_vec()?.iter().all(|&v| v == 7),
+            format!("round {round}: the IF read its handle before the set-conditional node set it"),
+        )?;
+    }
+    Ok(())
+}
+
 fn conditional_if() -> TestResult {
     let (d, s) = setup()?;
     for take in [false, true] {
@@ -608,6 +636,7 @@ fn main() {
         .gpu("child_graph_and_extra_edges", child_graph_and_extra_edges)
         .gpu("exec_update_success_and_refusal", exec_update_success_and_refusal)
         .gpu("conditional_if", conditional_if)
+        .gpu("set_conditional_orders_before_its_if", set_conditional_orders_before_its_if)
         .gpu("panicking_body_leaves_no_node", panicking_body_leaves_no_node)
         .gpu("graphs_with_handles_are_not_embedded", graphs_with_handles_are_not_embedded)
         .gpu("building_on_overlapped_launches", building_on_overlapped_launches)

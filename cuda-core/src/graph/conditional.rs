@@ -44,6 +44,15 @@ impl Conditional {
     pub fn raw(&self) -> u64 {
         self.handle
     }
+
+    /// The handle's key in the builder's record of uses (`build::NodeAccessMap`), so that the
+    /// nodes that set it and the conditional node that reads it are ordered as a buffer's writers
+    /// and readers are (found by review: only buffers were tracked, and an IF node whose
+    /// set-conditional node was not listed among its dependencies read the handle before it was
+    /// set). Odd, so never an allocation's key (an `Arc`'s address, which is even).
+    pub(crate) fn access_key(&self) -> usize {
+        ((self.handle as usize) << 1) | 1
+    }
 }
 
 // SAFETY: the kernel receives the handle by value, a 64-bit integer; it refers to no memory.
@@ -138,8 +147,12 @@ impl<'g> GraphBody<'g> {
         }
         // The node as a whole may write everything its body touches: order it after the parent's
         // earlier conflicting nodes.
-        let uses: Vec<(usize, crate::memory::Access)> =
+        let mut uses: Vec<(usize, crate::memory::Access)> =
             self.access.touched(owner.1).into_iter().map(|k| (k, crate::memory::Access::Write)).collect();
+        // ... and after the nodes that set its handle (unless its body sets it too: a write).
+        if !uses.iter().any(|(k, _)| *k == cond.access_key()) {
+            uses.push((cond.access_key(), crate::memory::Access::Read));
+        }
         if let Err(e) = self.order_after_conflicts(raw, deps, &uses) {
             self.mark_orphaned_handle();
             self.remove_unordered(raw);
@@ -279,6 +292,13 @@ impl<'g> GraphBody<'g> {
         // SAFETY: matches `cuda_async_set_conditional(cudaGraphConditionalHandle, const unsigned*)`:
         // a 64-bit handle of this graph and a 1-element u32 buffer (kept alive by the graph); the
         // kernel reads flag[0] only.
-        unsafe { self.add_kernel(&f, cfg, (*cond, flag), deps) }
+        let node = unsafe { self.add_kernel(&f, cfg, (*cond, flag), deps) }?;
+        // A write of the handle: after the earlier nodes that set or read it.
+        let write = [(cond.access_key(), crate::memory::Access::Write)];
+        if let Err(e) = self.order_after_conflicts(node.raw, deps, &write) {
+            self.remove_unordered(node.raw);
+            return Err(e);
+        }
+        Ok(node)
     }
 }

@@ -15,7 +15,8 @@
 #      mutations, every test executable, the two-GPU tests, memcheck and racecheck of the suites
 #      the fixes touched, then memcheck of the quick suites until the deadline.
 #   6 (for the next session, first): as 3, with the seventh round's GPU tests and mutations
-#      (pinned-drop-waits, pinned-transfer-host-wait, pinned-transfer-no-wait: each must fail);
+#      (pinned-drop-waits, pinned-transfer-host-wait, pinned-transfer-no-wait, handle-untracked:
+#      each must fail; built from scripts/mutations/NAME.patch into .gpu-tar/muts/NAME);
 #      the bundle and muts.tar.xz rebuilt first.
 #   4, 5 (for the next session, four GPUs): what call 3 left of the sanitizer pass on the final
 #      library (docs/results/gpu-runs-2026-11-28g.md, "What this leaves"). 4: memcheck of every
@@ -115,6 +116,8 @@ elif [ "$1" = 3 ] || [ "$1" = 6 ]; then
     m "$(t gpu_async)" a_transfer_queues_behind_the_previous_one_on_the_gpu CUDA_VISIBLE_DEVICES=0 60 new-transfer-behind-previous
     m .gpu-tar/muts/pinned-transfer-host-wait a_transfer_queues_behind_the_previous_one_on_the_gpu CUDA_VISIBLE_DEVICES=0 60 "mutation-pinned-transfer-host-wait(must-fail)"
     m .gpu-tar/muts/pinned-transfer-no-wait a_transfer_queues_behind_the_previous_one_on_the_gpu CUDA_VISIBLE_DEVICES=0 60 "mutation-pinned-transfer-no-wait(must-fail)"
+    m "$(t gpu_graph_build)" set_conditional_orders_before_its_if CUDA_VISIBLE_DEVICES=0 60 new-handle-ordering
+    m .gpu-tar/muts/handle-untracked set_conditional_orders_before_its_if CUDA_VISIBLE_DEVICES=0 60 "mutation-handle-untracked(must-fail)"
     m "$(t gpu_multi)" captured_all_reduce_two_devices "CUDA_VISIBLE_DEVICES=0,1 CUDA_ASYNC_REQUIRE_GPU=2" 60 captured-all-reduce
   fi
   echo "fixes and mutations done at $((SECONDS-T0)) s"; wait $RF; cat $L/refs.out

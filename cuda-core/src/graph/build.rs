@@ -365,7 +365,9 @@ impl<'g> GraphBody<'g> {
         explicit: &[Node],
         uses: &[(usize, Access)],
     ) -> Result<()> {
-        if self.access.poisoned && !uses.is_empty() {
+        // Only buffers' uses are unknown in a poisoned map; conditional handles (odd keys) are
+        // created by the builder, so all their uses are in the map.
+        if self.access.poisoned && uses.iter().any(|(k, _)| k & 1 == 0) {
             return Err(Error::InvalidArgument(
                 "the graph's existing buffer uses could not be read: nodes touching buffers are refused"
                     .into(),
@@ -381,6 +383,8 @@ impl<'g> GraphBody<'g> {
             }
         }
         before.retain(|n| *n != node && !explicit.iter().any(|d| d.raw == *n));
+        // Never ask for an edge already added (the driver refuses a duplicate edge).
+        before.retain(|b| !self.access.implicit.contains(&(*b as usize, node as usize)));
         before.sort();
         before.dedup();
         if !before.is_empty() && !explicit.is_empty() {
@@ -694,6 +698,24 @@ impl<'g> GraphBody<'g> {
         args: A,
         deps: &[Node],
     ) -> Result<Node> {
+        // SAFETY: the caller's contract.
+        unsafe { self.add_kernel_using(f, cfg, args, deps, &[]) }
+    }
+
+    /// [`GraphBody::add_kernel`] with `extra` uses (keys of [`NodeAccessMap`], e.g. a conditional
+    /// handle's) ordered with the buffers' in one pass (found by review: ordered in a second pass,
+    /// an edge the first had added was asked for again, which the driver refuses).
+    ///
+    /// # Safety
+    /// As for [`GraphBody::add_kernel`].
+    pub(crate) unsafe fn add_kernel_using<A: KernelArgs>(
+        &mut self,
+        f: &Function,
+        cfg: LaunchConfig,
+        args: A,
+        deps: &[Node],
+        extra: &[(usize, Access)],
+    ) -> Result<Node> {
         self.check_device(f.device())?;
         let g = self.raw;
         args.with_params(|ptrs, allocs| {
@@ -713,7 +735,8 @@ impl<'g> GraphBody<'g> {
                 self.keep.add_alloc(a);
             }
             self.keep.add_function(f);
-            let uses: Vec<(usize, Access)> = allocs.iter().flatten().map(|(a, k)| (key(a), *k)).collect();
+            let uses: Vec<(usize, Access)> =
+                allocs.iter().flatten().map(|(a, k)| (key(a), *k)).chain(extra.iter().copied()).collect();
             let mut p: sys::CUDA_KERNEL_NODE_PARAMS = crate::zeroed::Zeroable::zeroed();
             p.func = f.raw();
             (p.gridDimX, p.gridDimY, p.gridDimZ) = cfg.grid;

@@ -289,16 +289,11 @@ impl<'g> GraphBody<'g> {
         }
         let f = set_conditional_function(&self.device)?;
         let cfg = LaunchConfig { grid: (1, 1, 1), block: (1, 1, 1), shared_mem_bytes: 0 };
+        // The handle is written: ordered after the earlier nodes that set or read it.
+        let write = [(cond.access_key(), crate::memory::Access::Write)];
         // SAFETY: matches `cuda_async_set_conditional(cudaGraphConditionalHandle, const unsigned*)`:
         // a 64-bit handle of this graph and a 1-element u32 buffer (kept alive by the graph); the
         // kernel reads flag[0] only.
-        let node = unsafe { self.add_kernel(&f, cfg, (*cond, flag), deps) }?;
-        // A write of the handle: after the earlier nodes that set or read it.
-        let write = [(cond.access_key(), crate::memory::Access::Write)];
-        if let Err(e) = self.order_after_conflicts(node.raw, deps, &write) {
-            self.remove_unordered(node.raw);
-            return Err(e);
-        }
-        Ok(node)
+        unsafe { self.add_kernel_using(&f, cfg, (*cond, flag), deps, &write) }
     }
 }

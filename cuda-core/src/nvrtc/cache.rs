@@ -224,12 +224,29 @@ impl KernelCache {
 /// trimmed, or mentions `include` or `pch` in any case, makes the compilation uncached. So does a
 /// `??/` anywhere in the source (a trigraph line splice, honoured before C++17: `#inc??/` then
 /// `lude "h.h"` read a file with `-std=c++14`).
+///
+/// A review of that found more: an option string may hold several options (`"-DX -I./d"`), an
+/// option may name a file of options (`--options-file`, `-optf`, also passed on to ptxas), a
+/// backslash followed by white space before the line's end splices lines in GNU and C++23 modes,
+/// and `#embed` reads a file. So every white-space-separated word of every option is judged, and
+/// a source with a lone carriage return, a backslash before trailing white space, or a
+/// preprocessor-looking line that mentions `embed` is uncached too.
 fn reads_files(source: &str, options: &[String]) -> bool {
-    let reads = |o: &String| {
-        let low = o.trim().to_ascii_lowercase();
-        low.starts_with("-i") || low.contains("include") || low.contains("pch")
+    let reads = |word: &str| {
+        let low = word.to_ascii_lowercase();
+        let bare = low.trim_start_matches('-');
+        bare.starts_with('i') || ["include", "pch", "optf", "options-file"].iter().any(|w| low.contains(w))
     };
-    if options.iter().any(reads) || source.contains("??/") {
+    if options.iter().flat_map(|o| o.split_whitespace()).any(reads) || source.contains("??/") {
+        return true;
+    }
+    let lone_cr = source.replace("\r\n", "").contains('\r');
+    let white_splice = source.lines().any(|l| {
+        let t = l.trim_end();
+        t.len() < l.len() && t.ends_with('\\')
+    });
+    let embed = source.lines().any(|l| l.contains("embed") && (l.contains('#') || l.contains("%:") || l.contains("??=")));
+    if lone_cr || white_splice || embed {
         return true;
     }
     let spliced = source.replace("\\\r\n", "").replace("\\\n", "");
@@ -442,6 +459,17 @@ mod tests {
         assert!(reads_files("#include <cuda_fp16.h>\n", &o(&[" -I./d"])));
         assert!(reads_files("", &o(&["--pch"])));
         assert!(reads_files("#inc??/\nlude \"h.h\"\n", &o(&["-std=c++14"])));
+        // ... and the review of that: several options in one string, files of options, splices
+        // with white space or a lone carriage return, `#embed`.
+        assert!(reads_files("", &o(&["-DX -I./d"])));
+        assert!(reads_files("", &o(&["--I./d"])));
+        assert!(reads_files("", &o(&["--options-file=o.txt"])));
+        assert!(reads_files("", &o(&["-Xptxas", "-optf=o.txt"])));
+        assert!(reads_files("#inc\\ \nlude \"h.h\"\n", &[]));
+        assert!(reads_files("#inc\\\rlude \"h.h\"\n", &[]));
+        assert!(reads_files("const char d[] = {\n#embed \"d.bin\"\n};\n", &[]));
+        // Our own programs stay cached: -std=c++17, a built-in include, words like `embedding`.
+        assert!(!reads_files("#include <cuda_bf16.h>\n// the embedding gather\nint x;\n", &o(&["-std=c++17"])));
         assert!(reads_files("#include \"shape.h\"\n", &[]));
         assert!(reads_files("  #  include   \"shape.h\"\n", &[]));
         assert!(!reads_files("#include <cuda_fp16.h>\n", &o(&["-DN=4", "--use_fast_math"])));

@@ -245,7 +245,9 @@ fn reads_files(source: &str, options: &[String]) -> bool {
         let t = l.trim_end();
         t.len() < l.len() && t.ends_with('\\')
     });
-    let embed = source.lines().any(|l| l.contains("embed") && (l.contains('#') || l.contains("%:") || l.contains("??=")));
+    let embed = source
+        .lines()
+        .any(|l| l.contains("embed") && (l.contains('#') || l.contains("%:") || l.contains("??=")));
     if lone_cr || white_splice || embed {
         return true;
     }
@@ -469,7 +471,10 @@ mod tests {
         assert!(reads_files("#inc\\\rlude \"h.h\"\n", &[]));
         assert!(reads_files("const char d[] = {\n#embed \"d.bin\"\n};\n", &[]));
         // Our own programs stay cached: -std=c++17, a built-in include, words like `embedding`.
-        assert!(!reads_files("#include <cuda_bf16.h>\n// the embedding gather\nint x;\n", &o(&["-std=c++17"])));
+        assert!(!reads_files(
+            "#include <cuda_bf16.h>\n// the embedding gather\nint x;\n",
+            &o(&["-std=c++17"])
+        ));
         assert!(reads_files("#include \"shape.h\"\n", &[]));
         assert!(reads_files("  #  include   \"shape.h\"\n", &[]));
         assert!(!reads_files("#include <cuda_fp16.h>\n", &o(&["-DN=4", "--use_fast_math"])));

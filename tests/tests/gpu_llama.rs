@@ -509,7 +509,17 @@ fn refusals() -> TestResult {
     ensure(m.generate(0, &[], 3).is_err(), "an empty prompt was accepted")?;
     let a = m.generate(0, &[1, 2, 3], 4)?;
     let b = m.generate(1, &[1, 2, 3], 4)?;
-    ensure(a == b && a.len() == 4, format!("after refusals: {a:?} vs {b:?}"))
+    ensure(a == b && a.len() == 4, format!("after refusals: {a:?} vs {b:?}"))?;
+    // A refused step (rows, or sampling settings) leaves no logits to read as its own (found by
+    // review: the previous step's were returned). Not yet run on a GPU.
+    m.step(&[r(2, 0, 1)])?;
+    ensure(m.last_logits().is_ok(), "logits after a step")?;
+    ensure(m.step(&[r(2, 1, 2048)]).is_err(), "a token outside the vocabulary was accepted")?;
+    ensure(m.last_logits().is_err(), "a refused step's logits were the previous step's")?;
+    m.step(&[r(3, 0, 1)])?;
+    let nan = models::llama::Sampling { temperature: f32::NAN, top_p: 1.0, top_k: 0, seed: 0 };
+    ensure(m.step_sampled(&[r(3, 1, 1)], &[nan]).is_err(), "a NaN temperature was accepted")?;
+    ensure(m.last_logits().is_err(), "refused sampling settings left the previous step's logits")
 }
 
 /// Out-of-range token ids, slots and positions in device memory give NaN rows (inactive rows

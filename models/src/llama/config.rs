@@ -104,6 +104,7 @@ impl LlamaConfig {
     /// that [`LlamaConfig::validate`] refuses ([`cuda_core::Error::InvalidArgument`]).
     pub fn from_hf_json(text: &str) -> Result<LlamaConfig> {
         let v: Value = serde_json::from_str(text).map_err(|e| bad(format!("config.json: {e}")))?;
+        architecture_is_llama(&v)?;
         let num = |k: &str| -> Result<usize> {
             v.get(k)
                 .and_then(Value::as_u64)
@@ -355,6 +356,37 @@ impl LlamaConfig {
     }
 }
 
+/// Refuses a `config.json` of another model family, or a Llama variant this decoder does not
+/// compute (found by review: Qwen2's config uses Llama's field names and passed, and its q/k/v
+/// biases were never read, so every step gave wrong tokens without an error): a `model_type` other
+/// than `llama`, `architectures` other than `LlamaForCausalLM`, attention or MLP biases, or an
+/// activation other than SiLU. Absent fields are taken as Llama's.
+fn architecture_is_llama(v: &Value) -> Result<()> {
+    if let Some(t) = v.get("model_type").and_then(Value::as_str) {
+        if t != "llama" {
+            return Err(bad(format!("config.json: model_type `{t}` is not supported (only `llama`)")));
+        }
+    }
+    if let Some(a) = v.get("architectures").and_then(Value::as_array) {
+        if let Some(other) = a.iter().find(|x| x.as_str() != Some("LlamaForCausalLM")) {
+            return Err(bad(format!(
+                "config.json: `architectures` names {other}, which is not supported (only LlamaForCausalLM)"
+            )));
+        }
+    }
+    for k in ["attention_bias", "mlp_bias"] {
+        if v.get(k).and_then(Value::as_bool) == Some(true) {
+            return Err(bad(format!("config.json: `{k}` is true: biases are not supported")));
+        }
+    }
+    if let Some(act) = v.get("hidden_act").and_then(Value::as_str) {
+        if act != "silu" {
+            return Err(bad(format!("config.json: hidden_act `{act}` is not supported (only `silu`)")));
+        }
+    }
+    Ok(())
+}
+
 /// An empty vector with room for one item per layer, or [`cuda_core::Error::InvalidArgument`]
 /// where the host cannot hold that many (`Vec::with_capacity` aborted the process instead: found
 /// by review, `DeviceWeights::random` with `layers: 1 << 52` and tiny layers, a configuration
@@ -372,6 +404,34 @@ pub(crate) fn per_layer<T>(layers: usize) -> cuda_core::Result<Vec<T>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Another family's config (Qwen2's field names are Llama's), biases, or another activation
+    /// are refused; a plain Llama config, with or without the optional fields, is read.
+    #[test]
+    fn other_architectures_are_refused() {
+        let base = serde_json::json!({"vocab_size": 128, "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 128});
+        let with = |k: &str, x: serde_json::Value| {
+            let mut v = base.clone();
+            v[k] = x;
+            LlamaConfig::from_hf_json(&v.to_string())
+        };
+        assert!(LlamaConfig::from_hf_json(&base.to_string()).is_ok());
+        assert!(with("model_type", "llama".into()).is_ok());
+        assert!(with("architectures", serde_json::json!(["LlamaForCausalLM"])).is_ok());
+        assert!(with("hidden_act", "silu".into()).is_ok());
+        assert!(with("attention_bias", false.into()).is_ok());
+        for (k, x) in [
+            ("model_type", serde_json::json!("qwen2")),
+            ("architectures", serde_json::json!(["Qwen2ForCausalLM"])),
+            ("attention_bias", serde_json::json!(true)),
+            ("mlp_bias", serde_json::json!(true)),
+            ("hidden_act", serde_json::json!("gelu")),
+        ] {
+            let e = with(k, x).unwrap_err().to_string();
+            assert!(e.contains(k), "{k}: {e}");
+        }
+    }
 
     /// One entry per layer for more layers than the host can hold is an error, not an abort.
     #[test]

@@ -199,7 +199,7 @@ pub struct LlamaModel {
     buckets: BTreeMap<usize, Bucket>,
     filled: Vec<u32>,
     tick: u64,
-    last_rows: Option<(usize, usize)>,
+    pub(super) last_rows: Option<(usize, usize)>,
     evictions: u64,
     prefill: prefill::PrefillCache,
 }
@@ -578,6 +578,9 @@ impl LlamaModel {
         sampling: Option<&[Sampling]>,
         bucket: Option<usize>,
     ) -> Result<(usize, impl DeviceOp<Output = ()> + '_)> {
+        // Forgotten first: a refused step must not leave the previous step's logits readable as
+        // its own (found by review: the rows were checked before `begin` forgot them).
+        self.last_rows = None;
         let batch = self.check_rows(rows, bucket)?;
         self.ensure(batch)?;
         self.begin(rows);
@@ -692,6 +695,7 @@ impl LlamaModel {
     /// # Errors
     /// As for [`LlamaModel::step`].
     pub fn step_eager(&mut self, rows: &[Row]) -> Result<Vec<u32>> {
+        self.last_rows = None; // as in `stage`
         let batch = self.check_rows(rows, None)?;
         self.ensure(batch)?;
         self.begin(rows);
@@ -706,6 +710,9 @@ impl LlamaModel {
         b.out_next.copy_from_device_async(stream, &b.buf.next)?;
         let next = b.out_next.as_slice()?[..rows.len()].to_vec();
         self.commit(rows, batch);
+        // As `read_next` checks the graph step's tokens (found by review: all-NaN logits gave
+        // u32::MAX here, handed out as a token).
+        in_vocab(next.iter().copied(), self.cfg.vocab)?;
         Ok(next)
     }
 

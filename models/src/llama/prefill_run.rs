@@ -116,9 +116,11 @@ impl LlamaModel {
         sampling: Option<&[Sampling]>,
         bucket: Option<usize>,
     ) -> Result<((usize, usize), impl DeviceOp<Output = ()> + '_)> {
+        // Forgotten first, so that a refused prefill does not leave the previous one's logits
+        // readable as its own (found by review).
+        self.prefill.last = None;
         let plan = plan(seqs, sampling, &self.opts, &self.filled, self.cfg.vocab, bucket)?;
         self.ensure_prefill(plan.chunk)?;
-        self.prefill.last = None;
         let ran = (plan.chunk, plan.wanted);
         let b = self.prefill.buckets.get_mut(&plan.chunk).ok_or_else(|| refuse("bucket vanished".into()))?;
         b.write(&plan)?;

@@ -119,6 +119,7 @@ impl LlamaModel {
     /// `sampling.len() != rows.len()` or a setting [`Sampling::validate`] refuses
     /// ([`DeviceError::Shape`]); as for [`LlamaModel::step`].
     pub fn step_sampled(&mut self, rows: &[Row], sampling: &[Sampling]) -> Result<Vec<u32>> {
+        self.last_rows = None; // refused settings forget the last step too (as `stage`)
         check_sampling(rows, sampling)?;
         self.run_step(rows, Some(sampling), None)
     }
@@ -134,6 +135,7 @@ impl LlamaModel {
         sampling: &[Sampling],
         bucket: usize,
     ) -> Result<Vec<u32>> {
+        self.last_rows = None; // as above
         check_sampling(rows, sampling)?;
         self.run_step(rows, Some(sampling), Some(bucket))
     }
@@ -144,6 +146,7 @@ impl LlamaModel {
     /// # Errors
     /// As for [`LlamaModel::step_sampled`].
     pub async fn step_sampled_async(&mut self, rows: &[Row], sampling: &[Sampling]) -> Result<Vec<u32>> {
+        self.last_rows = None; // refused settings forget the last step too (as `stage`)
         check_sampling(rows, sampling)?;
         self.run_step_async(rows, Some(sampling)).await
     }

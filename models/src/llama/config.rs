@@ -380,7 +380,8 @@ fn architecture_is_llama(v: &Value) -> Result<()> {
         }
     }
     if let Some(act) = v.get("hidden_act").and_then(Value::as_str) {
-        if act != "silu" {
+        // transformers maps `swish` to the same function as `silu`.
+        if act != "silu" && act != "swish" {
             return Err(bad(format!("config.json: hidden_act `{act}` is not supported (only `silu`)")));
         }
     }
@@ -420,6 +421,7 @@ mod tests {
         assert!(with("model_type", "llama".into()).is_ok());
         assert!(with("architectures", serde_json::json!(["LlamaForCausalLM"])).is_ok());
         assert!(with("hidden_act", "silu".into()).is_ok());
+        assert!(with("hidden_act", "swish".into()).is_ok());
         assert!(with("attention_bias", false.into()).is_ok());
         for (k, x) in [
             ("model_type", serde_json::json!("qwen2")),

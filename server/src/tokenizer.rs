@@ -176,19 +176,19 @@ impl TextTokenizer {
         if let Ok(text) = read("config.json") {
             let v: Value =
                 serde_json::from_str(&text).map_err(|e| TokenizerError::Load(format!("config.json: {e}")))?;
-            // An id past u32 is refused, not truncated (found by review: `x as u32` made
-            // 4294967298 the id 2, and every stream then ended at token 2).
-            // Anything but an integer in u32 (negative, fractional, past u32, not a number) too.
-            let id = |x: &Value| -> Result<Option<u32>, TokenizerError> {
-                x.as_u64().and_then(|x| u32::try_from(x).ok()).map(Some).ok_or_else(|| {
+            // Anything but an integer in u32 (past u32, negative, fractional, not a number) is
+            // refused, not truncated (found by review: `x as u32` made 4294967298 the id 2, and
+            // every stream then ended at token 2).
+            let id = |x: &Value| {
+                x.as_u64().and_then(|x| u32::try_from(x).ok()).ok_or_else(|| {
                     TokenizerError::Load(format!("config.json: eos_token_id {x} is not a token id"))
                 })
             };
             match v.get("eos_token_id") {
-                Some(n @ Value::Number(_)) => eos.extend(id(n)?),
+                Some(n @ Value::Number(_)) => eos.push(id(n)?),
                 Some(Value::Array(a)) => {
                     for x in a {
-                        eos.extend(id(x)?);
+                        eos.push(id(x)?);
                     }
                 }
                 _ => {}

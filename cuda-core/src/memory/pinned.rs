@@ -207,9 +207,8 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         // wait here made the next pass after a cancelled one block its executor thread for about
         // one pass). Host accesses and the drop wait for the new transfer, which comes after it.
         // An event of another device is waited for on the host.
-        let prev = self.pending.as_ref();
-        let gpu_wait = prev.is_some_and(|ev| ev.device() == stream.device());
-        if !gpu_wait {
+        let prev = self.pending.as_ref().filter(|ev| ev.device() == stream.device());
+        if prev.is_none() {
             self.wait()?;
         }
         stream.device().bind()?;
@@ -218,7 +217,7 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         let ev = Event::pooled(stream.device())?;
         let mut tracked = false;
         let queued = ordered_with(stream, &[(dev.allocation(), access)], refuse, || {
-            if let Some(prev) = prev.filter(|_| gpu_wait) {
+            if let Some(prev) = prev {
                 stream.wait_unchecked(prev)?;
             }
             copy(host, stream.raw())?;
